@@ -1,0 +1,177 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// SimpleWebAppSpec is what the user asks for: a web app serving Message with
+// Replicas pods, rendered from a version of a manifest channel.
+type SimpleWebAppSpec struct {
+	// Replicas is the desired number of web application pods.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Message is the text the web application serves. It is served as
+	// text/plain, so HTML or script in it is shown, never executed.
+	// +kubebuilder:default="Hello, Kubernetes Operator!"
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.trim() != ''",message="message must contain a non-space character"
+	// +optional
+	Message string `json:"message,omitempty"`
+
+	// Channel is the release channel to follow when Version is not set; the
+	// newest version listed in the channel is applied.
+	// +kubebuilder:default=stable
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[a-z]+$`
+	// +optional
+	Channel string `json:"channel,omitempty"`
+
+	// Version pins an exact version (MAJOR.MINOR.PATCH) of the simplewebapp
+	// package; it wins over Channel.
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9a-z]+(\.[0-9a-z]+)*)?$`
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Image overrides the web server image of the package, for example to use
+	// a mirror. It must serve the package's nginx configuration.
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[a-f0-9]{64})?$`
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Patches are kustomize patches applied to the rendered objects, after the
+	// package's own mapping of this spec. A patch may only modify objects the
+	// package renders for this SimpleWebApp; it cannot add, rename or move them.
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +optional
+	Patches []Patch `json:"patches,omitempty"`
+}
+
+// Patch is a kustomize patch of one kind of rendered object.
+type Patch struct {
+	// Target selects the rendered objects to patch, by kind and by the name
+	// they have in the package (for example Deployment "web").
+	Target PatchTarget `json:"target"`
+
+	// Patch is a strategic merge patch (a partial object) or a JSON 6902 patch
+	// (a list of operations), in YAML or JSON.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=16384
+	Patch string `json:"patch"`
+}
+
+// PatchTarget selects rendered objects. ConfigMaps are not patchable: their
+// content comes from the spec and their names from a hash of it.
+type PatchTarget struct {
+	// Kind of the objects to patch.
+	// +kubebuilder:validation:Enum=Deployment;Service
+	Kind string `json:"kind"`
+
+	// Name of the object in the package (a regular expression, as in
+	// kustomize); empty selects every object of Kind.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	Name string `json:"name,omitempty"`
+}
+
+// SimpleWebAppStatus is what the operator observed and applied.
+type SimpleWebAppStatus struct {
+	// ObservedGeneration is the newest generation of the spec that was applied
+	// successfully. It does not move while a generation cannot be applied.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Reconciling and Stalled, with kstatus semantics.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Replicas is the number of web app pods that exist.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// ReadyReplicas is the number of web app pods that are ready.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// UpdatedReplicas is the number of pods on the newest pod template.
+	// +optional
+	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+
+	// Selector is the label selector of the web app pods, in string form.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// Channel that the applied version was resolved from (empty when pinned).
+	// +optional
+	Channel string `json:"channel,omitempty"`
+
+	// Version of the package that is applied.
+	// +optional
+	Version string `json:"version,omitempty"`
+
+	// Inventory lists the objects applied for this SimpleWebApp.
+	// +listType=atomic
+	// +optional
+	Inventory []ObjectReference `json:"inventory,omitempty"`
+}
+
+// ObjectReference names one applied object in the SimpleWebApp's namespace.
+type ObjectReference struct {
+	// Group of the object's kind; empty for the core group.
+	// +optional
+	Group string `json:"group,omitempty"`
+	// Kind of the object.
+	Kind string `json:"kind"`
+	// Name of the object.
+	Name string `json:"name"`
+}
+
+// Condition types, as kstatus and `kubectl wait --for=condition=Ready` read them.
+const (
+	ConditionReady       = "Ready"
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
+)
+
+// SimpleWebApp runs a web app that serves spec.message with spec.replicas pods.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=swa
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: rendered objects are named <name>-<object> and Service names are limited to 63"
+// +kubebuilder:metadata:labels="applyset.kubernetes.io/is-parent-type=true"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type SimpleWebApp struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +kubebuilder:default={}
+	// +optional
+	Spec   SimpleWebAppSpec   `json:"spec,omitempty"`
+	Status SimpleWebAppStatus `json:"status,omitempty"`
+}
+
+// SimpleWebAppList is a list of SimpleWebApps.
+// +kubebuilder:object:root=true
+type SimpleWebAppList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SimpleWebApp `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&SimpleWebApp{}, &SimpleWebAppList{})
+}

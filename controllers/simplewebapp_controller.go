@@ -1,0 +1,169 @@
+// Package controllers reconciles SimpleWebApps with the declarative pattern:
+// resolve a version of a manifest channel, render it with kustomize from the
+// spec, server-side-apply it as an ApplySet, and report the workload's health.
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+)
+
+// SimpleWebAppReconciler runs the pipeline resolve → render → apply (+prune)
+// → observe for each SimpleWebApp, and writes status from what it saw.
+type SimpleWebAppReconciler struct {
+	Client client.Client
+	// APIReader reads the workload uncached right after an apply, so status
+	// never reports the previous generation's health as current.
+	APIReader client.Reader
+	Recorder  recorder.EventRecorder
+	Channels  Channels
+	Applier   *Applier
+}
+
+// +kubebuilder:rbac:groups=example.com,resources=simplewebapps,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=example.com,resources=simplewebapps/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=example.com,resources=simplewebapps/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile only does bookkeeping: fetch, run the pipeline, write status and
+// events from its outcome.
+func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	swa := &webappv1.SimpleWebApp{}
+	if err := r.Client.Get(ctx, req.NamespacedName, swa); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !swa.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // owner references let the garbage collector remove the children
+	}
+
+	o := r.reconcile(ctx, swa)
+	if o.failure != nil {
+		log.FromContext(ctx).Info("reconcile failed", "reason", o.failure.Reason, "message", o.failure.Message, "terminal", o.failure.Terminal)
+	}
+	if err := r.observe(ctx, swa, &o); err != nil {
+		return ctrl.Result{}, err
+	}
+	before := swa.DeepCopy()
+	swa.Status = computeStatus(swa, o)
+	r.recordEvents(before, swa, o)
+	if !reflect.DeepEqual(before.Status, swa.Status) {
+		if err := r.Client.Status().Patch(ctx, swa, client.MergeFrom(before)); err != nil {
+			return ctrl.Result{}, client.IgnoreNotFound(err)
+		}
+	}
+	if o.failure != nil && !o.failure.Terminal {
+		return ctrl.Result{}, o.failure // retried with backoff
+	}
+	return ctrl.Result{}, nil
+}
+
+// reconcile is the pipeline; each step fails with a typed reason.
+func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.SimpleWebApp) outcome {
+	var o outcome
+	rel, err := r.Channels.Resolve(ctx, swa.Spec)
+	if err != nil {
+		o.failure = asStepError(err, ReasonVersionNotFound)
+		return o
+	}
+	o.release = rel
+	objs, err := Render(rel, swa)
+	if err != nil {
+		o.failure = asStepError(err, ReasonRenderFailed)
+		return o
+	}
+	if err := r.Applier.Apply(ctx, swa, objs); err != nil {
+		o.failure = asStepError(err, ReasonApplyFailed)
+		return o
+	}
+	o.objects = objs
+	return o
+}
+
+// observe reads the live Deployment: the one just applied, or after a failure
+// the last one applied, which keeps running.
+func (r *SimpleWebAppReconciler) observe(ctx context.Context, swa *webappv1.SimpleWebApp, o *outcome) error {
+	refs := swa.Status.Inventory
+	if o.failure == nil {
+		refs = inventory(o.objects)
+	}
+	name := workloadName(refs)
+	if name == "" {
+		return nil
+	}
+	d := &appsv1.Deployment{}
+	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: swa.Namespace, Name: name}, d)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading Deployment %s: %w", name, err)
+	}
+	o.workload = d
+	return nil
+}
+
+// recordEvents says what changed: a generation applied, a version moved, the
+// app became available, or why a step failed.
+func (r *SimpleWebAppReconciler) recordEvents(before, after *webappv1.SimpleWebApp, o outcome) {
+	if f := o.failure; f != nil {
+		typ := corev1.EventTypeWarning
+		r.Recorder.Eventf(after, nil, typ, f.Reason, "Reconcile", "generation %d: %s", after.Generation, f.Message)
+		return
+	}
+	if before.Status.ObservedGeneration != after.Status.ObservedGeneration || before.Status.Version != after.Status.Version {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "Applied", "Apply",
+			"applied version %s for generation %d: %s", after.Status.Version, after.Generation, describe(o.objects))
+	}
+	wasReady := isTrue(before, webappv1.ConditionReady)
+	if !wasReady && isTrue(after, webappv1.ConditionReady) {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, ReasonAvailable, "Observe",
+			"%d of %d pods ready", after.Status.ReadyReplicas, after.Status.Replicas)
+	}
+}
+
+func isTrue(swa *webappv1.SimpleWebApp, typ string) bool {
+	for _, c := range swa.Status.Conditions {
+		if c.Type == typ {
+			return c.Status == "True"
+		}
+	}
+	return false
+}
+
+func describe(objs []*unstructured.Unstructured) string {
+	parts := make([]string, 0, len(objs))
+	for _, o := range objs {
+		parts = append(parts, o.GetKind()+"/"+o.GetName())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// SetupWithManager watches SimpleWebApps and the objects they own, so a
+// deleted or hand-edited child is put back at once (drift).
+func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&webappv1.SimpleWebApp{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ConfigMap{}).
+		Named("simplewebapp").
+		Complete(r)
+}

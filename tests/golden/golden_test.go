@@ -1,0 +1,196 @@
+// Package golden renders every package version of every channel for a set of
+// SimpleWebApps and compares the objects with files under testdata/. After a
+// deliberate change to channels/, rewrite them with `make golden` (-update).
+package golden
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/channels"
+	"example.com/simplewebapp-operator/controllers"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+func loadCases(t *testing.T) map[string]*webappv1.SimpleWebApp {
+	t.Helper()
+	files, err := filepath.Glob("testdata/cases/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no cases: %v", err)
+	}
+	cases := map[string]*webappv1.SimpleWebApp{}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		swa := &webappv1.SimpleWebApp{}
+		if err := yaml.UnmarshalStrict(raw, swa); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		swa.Namespace = "demo"
+		cases[strings.TrimSuffix(filepath.Base(f), ".yaml")] = swa
+	}
+	return cases
+}
+
+func versions(t *testing.T) []string {
+	t.Helper()
+	entries, err := fs.ReadDir(channels.FS, "packages/"+controllers.PackageName)
+	if err != nil || len(entries) == 0 {
+		t.Fatalf("no package versions: %v", err)
+	}
+	var vs []string
+	for _, e := range entries {
+		vs = append(vs, e.Name())
+	}
+	return vs
+}
+
+func TestRenderEveryVersion(t *testing.T) {
+	src := controllers.Channels{FS: channels.FS}
+	for _, version := range versions(t) {
+		for name, swa := range loadCases(t) {
+			t.Run(version+"/"+name, func(t *testing.T) {
+				swa := swa.DeepCopy()
+				swa.Spec.Version = version
+				rel, err := src.Resolve(context.Background(), swa.Spec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				objs, err := controllers.Render(rel, swa)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out bytes.Buffer
+				for _, o := range objs {
+					b, err := yaml.Marshal(o.Object)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out.WriteString("---\n")
+					out.Write(b)
+				}
+				compare(t, filepath.Join("testdata", version, name+".yaml"), out.Bytes())
+			})
+		}
+	}
+}
+
+// Every channel resolves to a version that renders.
+func TestEveryChannelResolves(t *testing.T) {
+	entries, err := fs.ReadDir(channels.FS, ".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if e.IsDir() || strings.HasSuffix(e.Name(), ".go") {
+			continue
+		}
+		n++
+		rel, err := controllers.Channels{FS: channels.FS}.Resolve(context.Background(), webappv1.SimpleWebAppSpec{Channel: e.Name()})
+		if err != nil {
+			t.Errorf("channel %s: %v", e.Name(), err)
+			continue
+		}
+		swa := &webappv1.SimpleWebApp{}
+		swa.Name, swa.Namespace = "x", "demo"
+		if _, err := controllers.Render(rel, swa); err != nil {
+			t.Errorf("channel %s version %s: %v", e.Name(), rel.Version, err)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no channels embedded")
+	}
+}
+
+// The defaults each package fills in (instance.yaml) must equal the CRD's, so
+// what the API server stores and what the package renders agree.
+func TestPackageDefaultsMatchCRD(t *testing.T) {
+	raw, err := os.ReadFile("../../config/crd/bases/example.com_simplewebapps.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(raw, crd); err != nil {
+		t.Fatal(err)
+	}
+	props := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties
+	for _, version := range versions(t) {
+		raw, err := fs.ReadFile(channels.FS, "packages/"+controllers.PackageName+"/"+version+"/instance.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var instance struct {
+			Spec map[string]any `json:"spec"`
+		}
+		if err := yaml.Unmarshal(raw, &instance); err != nil {
+			t.Fatal(err)
+		}
+		for field, prop := range props {
+			if prop.Default == nil {
+				continue
+			}
+			want := strings.TrimSpace(string(prop.Default.Raw))
+			gotJSON, _ := yaml.Marshal(instance.Spec[field])
+			got, _ := yaml.YAMLToJSON(gotJSON)
+			if field == "channel" {
+				continue // channels pick packages; a package does not map it
+			}
+			if strings.TrimSpace(string(got)) != want {
+				t.Errorf("package %s: instance.yaml spec.%s = %s, CRD default = %s", version, field, got, want)
+			}
+		}
+	}
+}
+
+func compare(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run `make golden` to create it)", err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("render differs from %s (run `make golden` after a deliberate change):\n%s", path, diff(string(want), string(got)))
+	}
+}
+
+// diff shows the first differing lines; enough to see what moved.
+func diff(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	for i := 0; i < len(w) || i < len(g); i++ {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl != gl {
+			return fmt.Sprintf("line %d:\n  want: %s\n  got:  %s", i+1, wl, gl)
+		}
+	}
+	return ""
+}
