@@ -6,16 +6,10 @@ import (
 	"flag"
 	"os"
 
-	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -62,9 +56,6 @@ func main() {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
-	// Cache only the objects this operator manages, not every ConfigMap of the
-	// cluster: memory stays proportional to SimpleWebApps.
-	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{controllers.LabelManagedBy: controllers.ManagerName})}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
@@ -74,30 +65,13 @@ func main() {
 		LeaderElectionNamespace: leaderElectNS,
 		// The process exits right after losing or releasing leadership.
 		LeaderElectionReleaseOnCancel: true,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&appsv1.Deployment{}: managed,
-			&corev1.Service{}:    managed,
-			&corev1.ConfigMap{}:  managed,
-		}},
+		Cache:                         controllers.CacheOptions(),
 	})
 	if err != nil {
 		setupLog.Error(err, "unable to create manager")
 		os.Exit(1)
 	}
-	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
-	if err != nil {
-		setupLog.Error(err, "unable to create dynamic client")
-		os.Exit(1)
-	}
-
-	r := &controllers.SimpleWebAppReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder(controllers.ManagerName),
-		Channels:  controllers.Channels{FS: channels.FS},
-		Applier:   controllers.NewApplier(mgr.GetClient(), dyn, mgr.GetRESTMapper()),
-	}
-	if err := r.SetupWithManager(mgr); err != nil {
+	if _, err := controllers.Setup(mgr, controllers.Channels{FS: channels.FS}); err != nil {
 		setupLog.Error(err, "unable to set up controller")
 		os.Exit(1)
 	}

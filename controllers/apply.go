@@ -33,7 +33,9 @@ func NewApplier(c client.Client, d dynamic.Interface, m meta.RESTMapper) *Applie
 	return &Applier{Client: c, Dynamic: d, RESTMapper: m, applier: applier.NewApplySetApplier(
 		metav1.PatchOptions{FieldManager: ManagerName},
 		metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)},
-		applier.ApplysetOptions{Tooling: ManagerName + "/v1"},
+		// No "/version" suffix: kdp writes the tooling annotation verbatim but
+		// parses it as name/version when it checks it, so a slash never matches.
+		applier.ApplysetOptions{Tooling: ManagerName},
 	)}
 }
 

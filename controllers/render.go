@@ -77,11 +77,16 @@ func build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([
 	}
 	objs := make([]*unstructured.Unstructured, 0, resources.Size())
 	for _, res := range resources.Resources() {
-		m, err := res.Map()
+		// Through JSON, so numbers are int64/float64 as in any unstructured
+		// object (kustomize's maps hold plain ints, which DeepCopy rejects).
+		b, err := res.MarshalJSON()
 		if err != nil {
 			return nil, stalled(ReasonRenderFailed, "package %s: %v", rel.Version, err)
 		}
-		u := &unstructured.Unstructured{Object: m}
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(b); err != nil {
+			return nil, stalled(ReasonRenderFailed, "package %s: %v", rel.Version, err)
+		}
 		if u.GetNamespace() != swa.Namespace {
 			return nil, stalled(ReasonRenderFailed, "package %s renders %s %s outside namespace %s", rel.Version, u.GetKind(), u.GetName(), swa.Namespace)
 		}

@@ -1,0 +1,216 @@
+// Command localcluster runs the local control plane of tests/cluster outside
+// of tests, for manual work with kubectl:
+//
+//	localcluster up [--profile full|api] [--nodes 3]  start it detached, print the kubeconfig path
+//	localcluster down                                 stop it and remove its state
+//	localcluster status                               tell whether it is up
+//	localcluster kubeconfig                           print the kubeconfig path
+//
+// The kubeconfig is at a stable path,
+// ${XDG_CACHE_HOME:-$HOME/.cache}/simplewebapp-operator/local-cluster/kubeconfig,
+// next to a file "state-dir" that names the cluster's state directory (with
+// its pids file and component logs).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"example.com/simplewebapp-operator/tests/cluster"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "up":
+		err = up(os.Args[2:])
+	case "down":
+		err = down()
+	case "status":
+		err = status()
+	case "kubeconfig":
+		fmt.Println(filepath.Join(home(), "kubeconfig"))
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "localcluster:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: localcluster up [--profile full|api] [--nodes N] | down | status | kubeconfig")
+	os.Exit(2)
+}
+
+// home is the stable directory that points at the running cluster.
+func home() string {
+	cache := os.Getenv("XDG_CACHE_HOME")
+	if cache == "" {
+		h, _ := os.UserHomeDir()
+		cache = filepath.Join(h, ".cache")
+	}
+	return filepath.Join(cache, "simplewebapp-operator", "local-cluster")
+}
+
+// stateDir returns the recorded state directory ("" when none).
+func stateDir() (string, error) {
+	b, err := os.ReadFile(filepath.Join(home(), "state-dir"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	return strings.TrimSpace(string(b)), err
+}
+
+// alive returns the recorded components that are still running.
+func alive(dir string) []cluster.NamedPID {
+	pids, _ := cluster.ReadPIDs(dir)
+	var out []cluster.NamedPID
+	for _, p := range pids {
+		if cluster.Alive(p.Name, p.PID) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func up(args []string) error {
+	fl := flag.NewFlagSet("up", flag.ExitOnError)
+	profile := fl.String("profile", cluster.ProfileFull, "full (controllers, scheduler, kwok nodes) or api (etcd + apiserver)")
+	nodes := fl.Int("nodes", 3, "number of kwok nodes (profile full)")
+	_ = fl.Parse(args)
+
+	old, err := stateDir()
+	if err != nil {
+		return err
+	}
+	if old != "" {
+		if running := alive(old); len(running) > 0 {
+			return fmt.Errorf("a local cluster is already running (state %s, pids %v); run 'localcluster down' first", old, running)
+		}
+		// Stale record of a cluster that is gone (e.g. after a reboot): drop it.
+		if err := cleanup(old); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(home(), 0o755); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "swa-local-cluster-")
+	if err != nil {
+		return err
+	}
+	// Recorded before starting, so that "down" can clean up after an
+	// interrupted "up" too.
+	if err := os.WriteFile(filepath.Join(home(), "state-dir"), []byte(dir+"\n"), 0o644); err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Options{
+		Profile: *profile, Nodes: *nodes, Dir: dir, Detach: true, LogWriter: os.Stderr,
+	})
+	if err != nil {
+		// Start stopped what it had started. Keep the logs in dir for a look,
+		// unless the user interrupted.
+		os.Remove(filepath.Join(home(), "state-dir"))
+		if ctx.Err() != nil {
+			os.RemoveAll(dir)
+		}
+		return err
+	}
+	b, err := os.ReadFile(c.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(home(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, b, 0o600); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "local cluster (%s) up: /readyz after %s, ready after %s; logs in %s\n",
+		*profile, c.ReadyzAfter.Round(time.Millisecond), c.ReadyAfter.Round(time.Millisecond), dir)
+	fmt.Println(kubeconfig) // stdout: only the path, for KUBECONFIG=$(localcluster up)
+	return nil
+}
+
+func down() error {
+	dir, err := stateDir()
+	if err != nil {
+		return err
+	}
+	if dir == "" {
+		fmt.Println("no local cluster recorded")
+		return nil
+	}
+	t0 := time.Now()
+	if err := cluster.StopFromDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if running := alive(dir); len(running) > 0 {
+		return fmt.Errorf("still running: %v", running)
+	}
+	if err := cleanup(dir); err != nil {
+		return err
+	}
+	fmt.Printf("local cluster stopped in %s\n", time.Since(t0).Round(time.Millisecond))
+	return nil
+}
+
+// cleanup removes a stopped cluster's state and the stable pointers to it.
+func cleanup(dir string) error {
+	return errors.Join(
+		os.RemoveAll(dir),
+		ignoreNotExist(os.Remove(filepath.Join(home(), "kubeconfig"))),
+		ignoreNotExist(os.Remove(filepath.Join(home(), "state-dir"))),
+	)
+}
+
+func ignoreNotExist(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func status() error {
+	dir, err := stateDir()
+	if err != nil {
+		return err
+	}
+	running := []cluster.NamedPID(nil)
+	if dir != "" {
+		running = alive(dir)
+	}
+	if len(running) == 0 {
+		fmt.Println("down")
+		return nil
+	}
+	kubeconfig := filepath.Join(home(), "kubeconfig")
+	health := "apiserver not ready"
+	if cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig); err == nil {
+		cfg.Timeout = 3 * time.Second
+		if cs, err := kubernetes.NewForConfig(cfg); err == nil {
+			if _, err := cs.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background()); err == nil {
+				health = "apiserver ready"
+			}
+		}
+	}
+	fmt.Printf("up (%s): %v\nkubeconfig: %s\nstate: %s\n", health, running, kubeconfig, dir)
+	return nil
+}

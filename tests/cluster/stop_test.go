@@ -1,0 +1,71 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"example.com/simplewebapp-operator/tests/cluster"
+)
+
+// TestStopLeavesNoProcess starts an "api" profile cluster, stops it and checks
+// that every recorded process is gone and the temporary state is removed.
+func TestStopLeavesNoProcess(t *testing.T) {
+	c, err := cluster.Start(t.Context(), cluster.Options{Profile: cluster.ProfileAPI, LogWriter: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.PIDs) != 2 {
+		t.Fatalf("PIDs = %v, want etcd and kube-apiserver", c.PIDs)
+	}
+	for name, pid := range c.PIDs {
+		if !cluster.Alive(name, pid) {
+			t.Fatalf("%s (pid %d) not running after Start", name, pid)
+		}
+	}
+	t0 := time.Now()
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Stop took %s", time.Since(t0).Round(time.Millisecond))
+	for name, pid := range c.PIDs {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("%s (pid %d) after Stop: kill(pid, 0) = %v, want ESRCH", name, pid, err)
+		}
+	}
+	if _, err := os.Stat(c.Dir); !os.IsNotExist(err) {
+		t.Errorf("state dir %s still there after Stop (stat: %v)", c.Dir, err)
+	}
+}
+
+// TestStopFromDirDetached is what "localcluster down" does: stop a detached
+// cluster only from its recorded pids file.
+func TestStopFromDirDetached(t *testing.T) {
+	dir := t.TempDir()
+	c, err := cluster.Start(t.Context(), cluster.Options{Profile: cluster.ProfileAPI, Dir: dir, Detach: true, LogWriter: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() }) // no-op when the test got through
+	if err := cluster.StopFromDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	// A detached child of this test process is reaped by it asynchronously,
+	// so ESRCH (not just "zombie") may take a moment.
+	for name, pid := range c.PIDs {
+		err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH), nil
+		})
+		if err != nil {
+			t.Errorf("%s (pid %d) still exists after StopFromDir", name, pid)
+		}
+	}
+	if _, err := os.Stat(dir); err != nil {
+		t.Errorf("StopFromDir must leave the state dir to its caller: %v", err)
+	}
+}

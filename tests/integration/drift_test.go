@@ -1,0 +1,50 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+)
+
+// A deleted child is re-created and a hand-edited one is put back, without
+// waiting for a resync: the operator watches what it owns.
+func TestDriftIsCorrected(t *testing.T) {
+	ns := newNamespace(t)
+	create(t, newWebApp(ns, "drift", 3, "steady"))
+	d := deployment(t, ns, "drift", "Deployment created", func(d *appsv1.Deployment) (bool, string) { return true, "" })
+
+	svc := &corev1.Service{}
+	if err := get(t, ns, "drift-web", svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(context.Background(), svc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, timeout, "deleted Service re-created", func() (bool, string) {
+		again := &corev1.Service{}
+		if err := get(t, ns, "drift-web", again); err != nil {
+			return false, err.Error()
+		}
+		return again.UID != svc.UID, "same UID"
+	})
+
+	// Someone scales the Deployment by hand (another field manager).
+	d.Spec.Replicas = ptr.To[int32](7)
+	if err := k8s.Update(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	deployment(t, ns, "drift", "hand-edited replicas put back to 3", func(d *appsv1.Deployment) (bool, string) {
+		return *d.Spec.Replicas == 3, fmt.Sprint(*d.Spec.Replicas)
+	})
+
+	if err := k8s.Delete(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	deployment(t, ns, "drift", "deleted Deployment re-created", func(again *appsv1.Deployment) (bool, string) {
+		return again.UID != d.UID, "same UID"
+	})
+}

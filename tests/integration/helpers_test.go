@@ -1,0 +1,168 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/channels"
+)
+
+const timeout = 30 * time.Second
+
+// testChannels is the embedded tree plus a "testing" channel whose versions
+// exist only here: 9.0.0 adds a ConfigMap "extra", 9.1.0 drops it again.
+func testChannels() fs.FS {
+	m := fstest.MapFS{}
+	_ = fs.WalkDir(channels.FS, ".", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			b, _ := fs.ReadFile(channels.FS, p)
+			m[p] = &fstest.MapFile{Data: b}
+		}
+		return err
+	})
+	base := "packages/simplewebapp/1.0.0/"
+	for _, v := range []string{"9.0.0", "9.1.0"} {
+		for p, f := range m {
+			if len(p) > len(base) && p[:len(base)] == base {
+				m["packages/simplewebapp/"+v+"/"+p[len(base):]] = &fstest.MapFile{Data: f.Data}
+			}
+		}
+	}
+	kust := string(m[base+"kustomization.yaml"].Data)
+	m["packages/simplewebapp/9.0.0/kustomization.yaml"] = &fstest.MapFile{Data: []byte(
+		replaceOnce(kust, "- service.yaml\n", "- service.yaml\n- extra.yaml\n"))}
+	m["packages/simplewebapp/9.0.0/extra.yaml"] = &fstest.MapFile{Data: []byte(
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\ndata:\n  only-in: 9.0.0\n")}
+	m["testing"] = &fstest.MapFile{Data: []byte("manifests:\n- name: simplewebapp\n  version: 9.1.0\n")}
+	return m
+}
+
+func replaceOnce(s, old, new string) string {
+	for i := 0; i+len(old) <= len(s); i++ {
+		if s[i:i+len(old)] == old {
+			return s[:i] + new + s[i+len(old):]
+		}
+	}
+	panic("not found: " + old)
+}
+
+func newWebApp(ns, name string, replicas int32, message string) *webappv1.SimpleWebApp {
+	return &webappv1.SimpleWebApp{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       webappv1.SimpleWebAppSpec{Replicas: ptr.To(replicas), Message: message},
+	}
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func get(t *testing.T, ns, name string, obj client.Object) error {
+	t.Helper()
+	return k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)
+}
+
+// update re-reads the SimpleWebApp, changes it and writes it back.
+func update(t *testing.T, ns, name string, change func(*webappv1.SimpleWebApp)) *webappv1.SimpleWebApp {
+	t.Helper()
+	swa := &webappv1.SimpleWebApp{}
+	for range 10 {
+		if err := get(t, ns, name, swa); err != nil {
+			t.Fatal(err)
+		}
+		change(swa)
+		err := k8s.Update(context.Background(), swa)
+		if err == nil {
+			return swa
+		}
+		if !apierrors.IsConflict(err) {
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("could not update after 10 conflicts")
+	return nil
+}
+
+// deployment waits for the Deployment of the SimpleWebApp to satisfy cond.
+func deployment(t *testing.T, ns, swa, what string, cond func(*appsv1.Deployment) (bool, string)) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	eventually(t, timeout, what, func() (bool, string) {
+		if err := get(t, ns, swa+"-web", d); err != nil {
+			return false, err.Error()
+		}
+		return cond(d)
+	})
+	return d
+}
+
+// condition returns the condition of the stored SimpleWebApp.
+func condition(t *testing.T, ns, name, typ string) (*webappv1.SimpleWebApp, *metav1.Condition) {
+	t.Helper()
+	swa := &webappv1.SimpleWebApp{}
+	if err := get(t, ns, name, swa); err != nil {
+		t.Fatal(err)
+	}
+	return swa, meta.FindStatusCondition(swa.Status.Conditions, typ)
+}
+
+// waitCondition waits until the SimpleWebApp's condition typ has status and reason.
+func waitCondition(t *testing.T, ns, name, typ string, status metav1.ConditionStatus, reason string) *webappv1.SimpleWebApp {
+	t.Helper()
+	var swa *webappv1.SimpleWebApp
+	eventually(t, timeout, fmt.Sprintf("%s=%s (%s) on %s", typ, status, reason, name), func() (bool, string) {
+		var c *metav1.Condition
+		swa, c = condition(t, ns, name, typ)
+		if c == nil {
+			return false, fmt.Sprintf("no %s condition: %+v", typ, swa.Status)
+		}
+		return c.Status == status && c.Reason == reason && c.ObservedGeneration == swa.Generation, fmt.Sprintf("%+v", *c)
+	})
+	return swa
+}
+
+// markRolledOut plays the Deployment controller (absent in envtest): it
+// reports every desired pod of the current generation updated and ready.
+func markRolledOut(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	n := *d.Spec.Replicas
+	d.Status = appsv1.DeploymentStatus{
+		ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
+	}
+	if err := k8s.Status().Update(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// contentConfigMap is the ConfigMap holding the message that d's pods mount.
+func contentConfigMap(t *testing.T, d *appsv1.Deployment) *corev1.ConfigMap {
+	t.Helper()
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "content" && v.ConfigMap != nil {
+			cm := &corev1.ConfigMap{}
+			if err := get(t, d.Namespace, v.ConfigMap.Name, cm); err != nil {
+				t.Fatalf("ConfigMap %s mounted by %s: %v", v.ConfigMap.Name, d.Name, err)
+			}
+			return cm
+		}
+	}
+	t.Fatalf("Deployment %s mounts no content ConfigMap", d.Name)
+	return nil
+}
