@@ -31,14 +31,19 @@ func main() {
 		leaderElect   bool
 		leaderElectNS string
 	)
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (HTTPS unless --metrics-secure=false); \"0\" disables it.")
-	flag.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, allowing only callers that may GET /metrics (authn/authz by the API server).")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
-	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so only one of several replicas reconciles.")
-	flag.StringVar(&leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
+	// Our own flag set: imported packages (kdp's loaders) register global flags
+	// this operator does not use. controller-runtime's --kubeconfig is kept.
+	flags := flag.NewFlagSet(os.Args[0], flag.ExitOnError)
+	kubeconfig := flag.CommandLine.Lookup("kubeconfig")
+	flags.Var(kubeconfig.Value, kubeconfig.Name, kubeconfig.Usage)
+	flags.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (HTTPS unless --metrics-secure=false); \"0\" disables it.")
+	flags.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, allowing only callers that may GET /metrics (authn/authz by the API server).")
+	flags.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flags.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so only one of several replicas reconciles.")
+	flags.StringVar(&leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
 	zapOpts := zap.Options{Development: false}
-	zapOpts.BindFlags(flag.CommandLine)
-	flag.Parse()
+	zapOpts.BindFlags(flags)
+	_ = flags.Parse(os.Args[1:])
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	setupLog := ctrl.Log.WithName("setup")
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +24,10 @@ import (
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
+
+// staleReadRetry is how long to wait before re-reading a SimpleWebApp whose
+// cached copy was older than our own last write.
+const staleReadRetry = 100 * time.Millisecond
 
 // SimpleWebAppReconciler runs the pipeline resolve → render → apply (+prune)
 // → observe for each SimpleWebApp, and writes status from what it saw.
@@ -55,6 +60,13 @@ func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 
 	o := r.reconcile(ctx, swa)
+	if o.staleRead {
+		// Our cached copy of swa predates our own last write (kdp updates the
+		// ApplySet labels on it): not a failure. The cache catches up within
+		// milliseconds; read it again then.
+		log.FromContext(ctx).V(1).Info("conflict on the SimpleWebApp, requeueing")
+		return ctrl.Result{RequeueAfter: staleReadRetry}, nil
+	}
 	if o.failure != nil {
 		log.FromContext(ctx).Info("reconcile failed", "reason", o.failure.Reason, "message", o.failure.Message, "terminal", o.failure.Terminal)
 	}
@@ -90,6 +102,7 @@ func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.Si
 		return o
 	}
 	if err := r.Applier.Apply(ctx, swa, objs); err != nil {
+		o.staleRead = apierrors.IsConflict(err)
 		o.failure = asStepError(err, ReasonApplyFailed)
 		return o
 	}

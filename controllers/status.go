@@ -19,6 +19,8 @@ type outcome struct {
 	objects  []*unstructured.Unstructured // applied objects; nil unless applied
 	failure  *StepError                   // the step that failed, if any
 	workload *appsv1.Deployment           // live Deployment, if it exists
+	// staleRead: a write conflicted with a newer version of the SimpleWebApp.
+	staleRead bool
 }
 
 // computeStatus derives the whole status from the previous status and what

@@ -282,6 +282,11 @@ func (c *Cluster) startFull(ctx context.Context, opts Options, pki *pki, client 
 		"--node-ip=127.0.0.1",
 		"--cidr=10.244.0.1/16", // pod IPs: data only, nothing is routed
 		"--server-address=127.0.0.1:"+strconv.Itoa(kwokPort),
+		// Node heartbeats are Leases (the heartbeat-with-lease stage only
+		// refreshes status every ~10 min). kwok creates and renews no Lease
+		// unless this is set, and then the node lifecycle controller marks every
+		// node NotReady 50 s after start and every pod Ready=False.
+		"--node-lease-duration-seconds=40",
 	); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -183,5 +184,23 @@ func TestPodSecurityAdmission(t *testing.T) {
 	}
 	poll(t, ctx, 60*time.Second, "restricted pod Ready", func(ctx context.Context) (bool, error) {
 		return len(readyPods(ctx, t, cs, ns, "")) == 1, nil
+	})
+}
+
+// Every kwok node keeps a Lease in kube-node-lease: without one the node
+// lifecycle controller declares the nodes NotReady after its grace period and
+// marks every pod Ready=False, which breaks any test running longer than that.
+func TestNodesHeartbeatWithLeases(t *testing.T) {
+	_, cs := fullCluster(t)
+	ctx := context.Background()
+	poll(t, ctx, 30*time.Second, "a renewed Lease for each kwok node", func(ctx context.Context) (bool, error) {
+		for i := range 3 {
+			name := fmt.Sprintf("kwok-node-%d", i)
+			lease, err := cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, name, metav1.GetOptions{})
+			if err != nil || lease.Spec.RenewTime == nil || time.Since(lease.Spec.RenewTime.Time) > 40*time.Second {
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 }

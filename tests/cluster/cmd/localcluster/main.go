@@ -3,7 +3,7 @@
 //
 //	localcluster up [--profile full|api] [--nodes 3]  start it detached, print the kubeconfig path
 //	localcluster down                                 stop it and remove its state
-//	localcluster status                               tell whether it is up
+//	localcluster status                               tell whether it is up (exit 3 when down)
 //	localcluster kubeconfig                           print the kubeconfig path
 //
 // The kubeconfig is at a stable path,
@@ -199,7 +199,7 @@ func status() error {
 	}
 	if len(running) == 0 {
 		fmt.Println("down")
-		return nil
+		os.Exit(3) // like `systemctl status`: scripts can test it
 	}
 	kubeconfig := filepath.Join(home(), "kubeconfig")
 	health := "apiserver not ready"

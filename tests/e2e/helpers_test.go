@@ -1,0 +1,255 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+)
+
+// kubectl runs the cluster's kubectl as the user of kubeconfig. It returns
+// stdout, and on failure an error with the command, stdout and stderr.
+func (e *testEnv) kubectl(kubeconfig string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.kubectlBin, append([]string{"--kubeconfig=" + kubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+e.kubectlCache)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// admin runs kubectl as cluster admin.
+func (e *testEnv) admin(args ...string) (string, error) {
+	return e.kubectl(e.cluster.Kubeconfig, args...)
+}
+
+// canI asks `kubectl auth can-i` as the user of kubeconfig: "yes" or "no".
+// kubectl exits 1 for "no", so only an answer other than yes/no is an error.
+func (e *testEnv) canI(kubeconfig string, args ...string) (string, error) {
+	out, err := e.kubectl(kubeconfig, append([]string{"auth", "can-i"}, args...)...)
+	answer := strings.TrimSpace(out)
+	if answer == "yes" || answer == "no" {
+		return answer, nil
+	}
+	return answer, err
+}
+
+// maxLogLine is how much of one log line logTail shows.
+const maxLogLine = 800
+
+// logTail is the last n lines of the operator's log, long lines cut.
+func (op *operator) logTail(n int) string {
+	b, err := os.ReadFile(op.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	for i, l := range lines {
+		if len(l) > maxLogLine { // a JSON line with a stack trace
+			lines[i] = fmt.Sprintf("%s ...[%d more bytes, see the log file]", l[:maxLogLine], len(l)-maxLogLine)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// waitFor polls cond until it is done, for at most timeout, and returns how
+// long that took. cond reports what it sees; on timeout (or if the operator
+// exits) the test fails with what it waited for, the last thing cond saw, the
+// operator's log tail and the kubectl output of diag.
+func waitFor(t *testing.T, timeout time.Duration, what string, diag func() string, cond func(ctx context.Context) (done bool, seen string)) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var seen string
+	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if env.op.hasExited() {
+			return false, fmt.Errorf("the operator exited: %v", env.op.waitErr)
+		}
+		var done bool
+		done, seen = cond(ctx)
+		return done, nil
+	})
+	if err != nil {
+		t.Fatalf("waiting %s for %s: %v\nlast seen: %s\n--- operator log tail (%s) ---\n%s\n%s",
+			time.Since(start).Round(time.Millisecond), what, err, seen, env.op.logPath, env.op.logTail(40), diag())
+	}
+	return time.Since(start)
+}
+
+// describeNamespace is the kubectl view of the app in ns, for failures.
+func describeNamespace(ns string) string {
+	var b strings.Builder
+	for _, args := range [][]string{
+		{"get", "simplewebapps,deployments,replicasets,pods,services,configmaps", "-n", ns, "-o", "wide", "--show-labels"},
+		{"get", "simplewebapps", "-n", ns, "-o", "yaml"},
+		{"get", "events", "-n", ns},
+	} {
+		out, err := env.admin(args...)
+		fmt.Fprintf(&b, "--- kubectl %s ---\n%s", strings.Join(args, " "), out)
+		if err != nil {
+			fmt.Fprintf(&b, "%v\n", err)
+		}
+	}
+	return b.String()
+}
+
+// app is one observation of a SimpleWebApp and its workload.
+type app struct {
+	swa       webappv1.SimpleWebApp
+	dep       appsv1.Deployment
+	newestRS  *appsv1.ReplicaSet // the ReplicaSet of the Deployment's current revision
+	pods      []corev1.Pod       // every pod the Deployment selects, terminating ones too
+	readyPods []corev1.Pod       // Running, Ready and not terminating
+}
+
+// observe reads the SimpleWebApp name in ns, its Deployment depName, that
+// Deployment's ReplicaSets and pods.
+func observe(ctx context.Context, ns, name, depName string) (*app, error) {
+	a := &app{}
+	if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &a.swa); err != nil {
+		return nil, err
+	}
+	if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: depName}, &a.dep); err != nil {
+		return nil, err
+	}
+	sel, err := metav1.LabelSelectorAsSelector(a.dep.Spec.Selector)
+	if err != nil {
+		return nil, err
+	}
+	var rss appsv1.ReplicaSetList
+	if err := env.c.List(ctx, &rss, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, err
+	}
+	revision := a.dep.Annotations["deployment.kubernetes.io/revision"]
+	for i, rs := range rss.Items {
+		if metav1.IsControlledBy(&rs, &a.dep) && revision != "" && rs.Annotations["deployment.kubernetes.io/revision"] == revision {
+			a.newestRS = &rss.Items[i]
+		}
+	}
+	var pods corev1.PodList
+	if err := env.c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, err
+	}
+	a.pods = pods.Items
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p) {
+			a.readyPods = append(a.readyPods, p)
+		}
+	}
+	return a, nil
+}
+
+func podReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// newestHash is the pod-template-hash of the current ReplicaSet, or "".
+func (a *app) newestHash() string {
+	if a.newestRS == nil {
+		return ""
+	}
+	return a.newestRS.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
+}
+
+// settled is the end state of a rollout to n replicas: the operator applied
+// the current generation and reports Ready with n ready pods, the Deployment
+// is rolled out, and exactly n pods exist, all Ready and all from the newest
+// ReplicaSet. Otherwise it says what is missing.
+func (a *app) settled(n int32) (bool, string) {
+	st := a.swa.Status
+	ready := apimeta.FindStatusCondition(st.Conditions, webappv1.ConditionReady)
+	d := a.dep.Status
+	hash := a.newestHash()
+	var problems []string
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	check(st.ObservedGeneration == a.swa.Generation, "status.observedGeneration %d != generation %d", st.ObservedGeneration, a.swa.Generation)
+	check(ready != nil && ready.Status == metav1.ConditionTrue && ready.ObservedGeneration == a.swa.Generation,
+		"condition Ready is not True for generation %d: %+v", a.swa.Generation, ready)
+	check(st.ReadyReplicas == n && st.Replicas == n, "status replicas/readyReplicas %d/%d, want %d", st.Replicas, st.ReadyReplicas, n)
+	check(st.Version == "1.0.0", "status.version %q, want 1.0.0", st.Version)
+	check(d.ObservedGeneration == a.dep.Generation && d.ReadyReplicas == n && d.UpdatedReplicas == n && d.Replicas == n,
+		"Deployment generation %d observed %d, replicas %d updated %d ready %d, want %d", a.dep.Generation, d.ObservedGeneration, d.Replicas, d.UpdatedReplicas, d.ReadyReplicas, n)
+	check(hash != "", "no ReplicaSet for the Deployment's revision %q", a.dep.Annotations["deployment.kubernetes.io/revision"])
+	check(len(a.pods) == int(n) && len(a.readyPods) == int(n), "%d pods, %d Ready, want %d", len(a.pods), len(a.readyPods), n)
+	for _, p := range a.pods {
+		check(p.Labels[appsv1.DefaultDeploymentUniqueLabelKey] == hash, "pod %s has template hash %q, newest is %q",
+			p.Name, p.Labels[appsv1.DefaultDeploymentUniqueLabelKey], hash)
+	}
+	if len(problems) > 0 {
+		return false, strings.Join(problems, "; ") + "\n" + a.String()
+	}
+	return true, a.String()
+}
+
+func (a *app) String() string {
+	ready := apimeta.FindStatusCondition(a.swa.Status.Conditions, webappv1.ConditionReady)
+	var b strings.Builder
+	fmt.Fprintf(&b, "SimpleWebApp generation %d status %+v Ready=%+v\n", a.swa.Generation, a.swa.Status, ready)
+	fmt.Fprintf(&b, "pods (newest template hash %q):", a.newestHash())
+	for _, p := range a.pods {
+		fmt.Fprintf(&b, " %s[%s %s ready=%t terminating=%t]", p.Name, p.Labels[appsv1.DefaultDeploymentUniqueLabelKey],
+			p.Status.Phase, podReady(p), p.DeletionTimestamp != nil)
+	}
+	return b.String()
+}
+
+// podNames lists the names of pods, sorted.
+func podNames(pods []corev1.Pod) []string {
+	names := make([]string, 0, len(pods))
+	for _, p := range pods {
+		names = append(names, p.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// configMapsWith returns the ConfigMaps mounted by a pod template that hold
+// text in one of their values.
+func configMapsWith(ctx context.Context, ns string, spec corev1.PodSpec, text string) ([]string, error) {
+	var found []string
+	for _, v := range spec.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		var cm corev1.ConfigMap
+		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: v.ConfigMap.Name}, &cm); err != nil {
+			return nil, err
+		}
+		for _, val := range cm.Data {
+			if strings.Contains(val, text) {
+				found = append(found, cm.Name)
+				break
+			}
+		}
+	}
+	return found, nil
+}

@@ -1,0 +1,318 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+const (
+	appName    = "my-webapp"     // metadata.name in the user's files
+	deployName = "my-webapp-web" // <name>-web, rendered by the package
+	instance   = "app.kubernetes.io/instance=" + appName
+	timeout    = 2 * time.Minute
+)
+
+// TestUserScenario is the user's session: create the app from their file,
+// re-apply it with more replicas and a new message, lose two pods, delete it.
+func TestUserScenario(t *testing.T) {
+	ctx := t.Context()
+	ns := restrictedNamespace(t, ctx)
+	diag := func() string { return describeNamespace(ns) }
+	sample := func(name string) string { return filepath.Join(env.root, "config/samples", name) }
+	state := func(ctx context.Context) (*app, string) {
+		a, err := observe(ctx, ns, appName, deployName)
+		if err != nil {
+			return nil, err.Error()
+		}
+		return a, ""
+	}
+	var created *app // the settled state after step a
+
+	if !t.Run("a/create", func(t *testing.T) {
+		start := time.Now()
+		if _, err := env.admin("apply", "-n", ns, "-f", sample("my-webapp.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := env.admin("wait", "--for=condition=Ready", "swa/"+appName, "-n", ns, "--timeout=60s"); err != nil {
+			t.Fatalf("%v\n--- operator log tail ---\n%s\n%s", err, env.op.logTail(40), diag())
+		} else {
+			t.Logf("kubectl wait --for=condition=Ready returned after %s: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(out))
+		}
+		waitFor(t, timeout, "3 Ready pods and status Ready with readyReplicas=3", diag, func(ctx context.Context) (bool, string) {
+			a, seen := state(ctx)
+			if a == nil {
+				return false, seen
+			}
+			created = a
+			return a.settled(3)
+		})
+		t.Logf("3 pods Ready in %s (from kubectl apply)", time.Since(start).Round(time.Millisecond))
+
+		checkChildrenOwnedBy(t, ctx, ns, created)
+		checkAppliedByOperator(t, &created.dep)
+		// Pod Security admission checks pods at creation: that they exist at
+		// all in this namespace proves the rendered pods are "restricted".
+		t.Logf("pods admitted under pod-security enforce=restricted: %v", podNames(created.pods))
+		cms, err := configMapsWith(ctx, ns, created.newestRS.Spec.Template.Spec, "Welcome to my awesome web app!")
+		if err != nil || len(cms) == 0 {
+			t.Fatalf("no ConfigMap mounted by the pod template holds the message (err %v)\n%s", err, diag())
+		}
+		t.Logf("message served from ConfigMap %v", cms)
+	}) {
+		return
+	}
+
+	t.Run("events", func(t *testing.T) {
+		d := waitFor(t, 30*time.Second, "an Applied event from the operator for the SimpleWebApp", diag, func(ctx context.Context) (bool, string) {
+			return appliedEvent(ns, created.swa.UID)
+		})
+		t.Logf("Applied event seen after %s", d.Round(time.Millisecond))
+	})
+
+	if !t.Run("b/update", func(t *testing.T) {
+		start := time.Now()
+		if _, err := env.admin("apply", "-n", ns, "-f", sample("my-webapp-updated.yaml")); err != nil {
+			t.Fatal(err)
+		}
+		var updated *app
+		waitFor(t, timeout, "5 Ready pods, all of the new pod template, and status Ready with readyReplicas=5 for the new generation", diag,
+			func(ctx context.Context) (bool, string) {
+				a, seen := state(ctx)
+				if a == nil {
+					return false, seen
+				}
+				updated = a
+				if a.swa.Generation <= created.swa.Generation {
+					return false, fmt.Sprintf("generation %d not advanced past %d", a.swa.Generation, created.swa.Generation)
+				}
+				return a.settled(5)
+			})
+		t.Logf("5 pods Ready on the new template in %s (from kubectl apply)", time.Since(start).Round(time.Millisecond))
+
+		if updated.newestHash() == created.newestHash() {
+			t.Errorf("pod template hash %q unchanged: the new message did not roll the pods", updated.newestHash())
+		}
+		t.Logf("observedGeneration %d -> %d, pod template %s -> %s", created.swa.Status.ObservedGeneration,
+			updated.swa.Status.ObservedGeneration, created.newestHash(), updated.newestHash())
+		cms, err := configMapsWith(ctx, ns, updated.newestRS.Spec.Template.Spec, "Hello, updated message!")
+		if err != nil || len(cms) == 0 {
+			t.Fatalf("no ConfigMap mounted by the new pod template holds the updated message (err %v)\n%s", err, diag())
+		}
+		t.Logf("updated message served from ConfigMap %v", cms)
+	}) {
+		return
+	}
+
+	if !t.Run("c/delete-two-pods", func(t *testing.T) {
+		before, seen := state(ctx)
+		if before == nil {
+			t.Fatal(seen)
+		}
+		if len(before.readyPods) < 2 {
+			t.Fatalf("want 2 Ready pods to delete\n%s", before)
+		}
+		victims := podNames(before.readyPods)[:2]
+		start := time.Now()
+		if _, err := env.admin(append([]string{"delete", "pod", "-n", ns, "--wait=false"}, victims...)...); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, timeout, fmt.Sprintf("pods %v replaced, 5 Ready and status readyReplicas=5 with Ready=True", victims), diag,
+			func(ctx context.Context) (bool, string) {
+				a, seen := state(ctx)
+				if a == nil {
+					return false, seen
+				}
+				names := podNames(a.pods)
+				for _, v := range victims {
+					if slices.Contains(names, v) {
+						return false, "deleted pod " + v + " still exists\n" + a.String()
+					}
+				}
+				return a.settled(5)
+			})
+		t.Logf("2 deleted pods replaced, 5 Ready again in %s", time.Since(start).Round(time.Millisecond))
+	}) {
+		return
+	}
+
+	t.Run("d/delete", func(t *testing.T) {
+		start := time.Now()
+		if _, err := env.admin("delete", "swa", appName, "-n", ns); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, timeout, "every child of "+appName+" garbage-collected", diag, func(ctx context.Context) (bool, string) {
+			left, err := children(ctx, ns)
+			if err != nil {
+				return false, err.Error()
+			}
+			return len(left) == 0, "still there: " + names(left)
+		})
+		t.Logf("all children garbage-collected in %s (from kubectl delete)", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// TestOperatorLeastPrivilege asks the API server what the operator's token
+// may do: the operator's own resources, but no Secrets and no wildcard.
+func TestOperatorLeastPrivilege(t *testing.T) {
+	who, err := env.kubectl(env.op.kubeconfig, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+	if want := "system:serviceaccount:" + operatorNamespace + ":" + operatorSA; err != nil || who != want {
+		t.Fatalf("operator kubeconfig authenticates as %q (err %v), want %q", who, err, want)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"watch", "simplewebapps.example.com", "--all-namespaces"}, "yes"},
+		{[]string{"patch", "deployments.apps", "-n", "default"}, "yes"},
+		{[]string{"list", "secrets", "--all-namespaces"}, "no"},
+		{[]string{"get", "secrets", "-n", operatorNamespace}, "no"},
+		{[]string{"*", "*"}, "no"},
+		{[]string{"*", "*", "--all-namespaces"}, "no"},
+		{[]string{"create", "pods", "-n", "default"}, "no"},
+		{[]string{"create", "clusterrolebindings"}, "no"},
+	} {
+		got, err := env.canI(env.op.kubeconfig, c.args...)
+		if err != nil || got != c.want {
+			t.Errorf("kubectl auth can-i %s as the operator: %q (err %v), want %q", strings.Join(c.args, " "), got, err, c.want)
+		}
+	}
+}
+
+// restrictedNamespace creates a namespace that enforces the restricted Pod
+// Security Standard, deleted after the test, and waits for its default
+// ServiceAccount (without it no pod is admitted).
+func restrictedNamespace(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-", Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted",
+		"pod-security.kubernetes.io/audit":   "restricted",
+		"pod-security.kubernetes.io/warn":    "restricted",
+	}}}
+	if err := env.c.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.c.Delete(context.Background(), ns) })
+	waitFor(t, 30*time.Second, "default ServiceAccount in "+ns.Name, func() string { return describeNamespace(ns.Name) },
+		func(ctx context.Context) (bool, string) {
+			err := env.c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "default"}, &corev1.ServiceAccount{})
+			return err == nil, fmt.Sprint(err)
+		})
+	return ns.Name
+}
+
+// checkChildrenOwnedBy checks that the Deployment, Service and ConfigMaps of
+// the app each have a controller reference to the SimpleWebApp.
+func checkChildrenOwnedBy(t *testing.T, ctx context.Context, ns string, a *app) {
+	t.Helper()
+	objs, err := children(ctx, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"Deployment", "Service", "ConfigMap"} {
+		if len(objs[kind]) == 0 {
+			t.Errorf("no %s labelled %s", kind, instance)
+		}
+		for _, o := range objs[kind] {
+			ref := metav1.GetControllerOfNoCopy(o)
+			if ref == nil || ref.UID != a.swa.UID || ref.Kind != "SimpleWebApp" {
+				t.Errorf("%s %s: controller reference %+v, want SimpleWebApp %s (uid %s)", kind, o.GetName(), ref, appName, a.swa.UID)
+			}
+		}
+	}
+	t.Logf("children with a controller reference to the SimpleWebApp: %s", names(objs))
+}
+
+// checkAppliedByOperator checks that the operator server-side-applied d.
+func checkAppliedByOperator(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	for _, mf := range d.ManagedFields {
+		if mf.Manager == "simplewebapp-operator" && mf.Operation == metav1.ManagedFieldsOperationApply {
+			return
+		}
+	}
+	var managers []string
+	for _, mf := range d.ManagedFields {
+		managers = append(managers, fmt.Sprintf("%s/%s", mf.Manager, mf.Operation))
+	}
+	t.Errorf("Deployment %s managers %v, want simplewebapp-operator/Apply", d.Name, managers)
+}
+
+// children lists every object of the app by kind: what the operator renders
+// and what the Deployment controller creates from it, by the instance label.
+func children(ctx context.Context, ns string) (map[string][]metav1.Object, error) {
+	lists := map[string]client.ObjectList{
+		"Deployment": &appsv1.DeploymentList{}, "ReplicaSet": &appsv1.ReplicaSetList{}, "Pod": &corev1.PodList{},
+		"Service": &corev1.ServiceList{}, "ConfigMap": &corev1.ConfigMapList{},
+	}
+	objs := map[string][]metav1.Object{}
+	for kind, l := range lists {
+		if err := env.c.List(ctx, l, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/instance": appName}); err != nil {
+			return nil, err
+		}
+		items, err := apimeta.ExtractList(l)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range items {
+			o, err := apimeta.Accessor(item)
+			if err != nil {
+				return nil, err
+			}
+			objs[kind] = append(objs[kind], o)
+		}
+	}
+	return objs, nil
+}
+
+// names renders objects by kind as "Kind: name name, ...".
+func names(objs map[string][]metav1.Object) string {
+	var parts []string
+	for kind, list := range objs {
+		var objNames []string
+		for _, o := range list {
+			objNames = append(objNames, o.GetName())
+		}
+		parts = append(parts, kind+": "+strings.Join(objNames, " "))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "; ")
+}
+
+// appliedEvent looks, through `kubectl get events`, for an event with reason
+// Applied reported by the operator about the SimpleWebApp with uid.
+func appliedEvent(ns string, uid types.UID) (bool, string) {
+	out, err := env.admin("get", "events", "-n", ns, "-o", "json")
+	if err != nil {
+		return false, err.Error()
+	}
+	var events corev1.EventList
+	if err := json.Unmarshal([]byte(out), &events); err != nil {
+		return false, err.Error()
+	}
+	var seen []string
+	for _, ev := range events.Items {
+		reporter := ev.ReportingController
+		if reporter == "" {
+			reporter = ev.Source.Component
+		}
+		seen = append(seen, fmt.Sprintf("%s %s/%s by %q: %s", ev.Reason, ev.InvolvedObject.Kind, ev.InvolvedObject.Name, reporter, ev.Message))
+		if ev.Reason == "Applied" && ev.InvolvedObject.Kind == "SimpleWebApp" && ev.InvolvedObject.Name == appName &&
+			ev.InvolvedObject.UID == uid && reporter == "simplewebapp-operator" {
+			return true, ev.Message
+		}
+	}
+	return false, fmt.Sprintf("events: %v", seen)
+}
