@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -30,6 +31,8 @@ func main() {
 		secureMetrics bool
 		leaderElect   bool
 		leaderElectNS string
+		channelsDir   string
+		channelsPoll  time.Duration
 	)
 	// Our own flag set: imported packages (kdp's loaders) register global flags
 	// this operator does not use. controller-runtime's --kubeconfig is kept.
@@ -41,6 +44,8 @@ func main() {
 	flags.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flags.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so only one of several replicas reconciles.")
 	flags.StringVar(&leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
+	flags.StringVar(&channelsDir, "channels-dir", "", "Directory of channels and packages (the layout of channels/) that take precedence over the embedded ones; watched for changes, for example a mounted ConfigMap.")
+	flags.DurationVar(&channelsPoll, "channels-poll-interval", 5*time.Second, "How often --channels-dir is checked for changes.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flags)
 	_ = flags.Parse(os.Args[1:])
@@ -76,7 +81,15 @@ func main() {
 		setupLog.Error(err, "unable to create manager")
 		os.Exit(1)
 	}
-	if _, err := controllers.Setup(mgr, controllers.Channels{FS: channels.FS}); err != nil {
+	source := controllers.Channels{FS: channels.FS}
+	if channelsDir != "" {
+		if _, err := os.Stat(channelsDir); err != nil {
+			setupLog.Error(err, "--channels-dir")
+			os.Exit(1)
+		}
+		source.Dir = os.DirFS(channelsDir)
+	}
+	if _, err := controllers.Setup(mgr, controllers.Options{Channels: source, ChannelsPollInterval: channelsPoll}); err != nil {
 		setupLog.Error(err, "unable to set up controller")
 		os.Exit(1)
 	}

@@ -9,5 +9,5 @@ import "embed"
 
 // FS holds the embedded channels and packages.
 //
-//go:embed stable packages
+//go:embed stable rapid packages
 var FS embed.FS

@@ -8,11 +8,14 @@ import (
 // Reasons of the Stalled condition: why a generation cannot be applied.
 const (
 	ReasonChannelNotFound  = "ChannelNotFound"
+	ReasonChannelInvalid   = "ChannelInvalid"
 	ReasonVersionNotFound  = "VersionNotFound"
 	ReasonRenderFailed     = "RenderFailed"
+	ReasonOperatorTooOld   = "OperatorTooOld"
 	ReasonPatchNotAllowed  = "PatchNotAllowed"
 	ReasonApplyFailed      = "ApplyFailed"
 	ReasonRolloutFailed    = "RolloutFailed"
+	ReasonRolledBack       = "RolledBack"
 	ReasonProgressing      = "Progressing"
 	ReasonAvailable        = "Available"
 	ReasonReconcileSuccess = "ReconciliationSucceeded"

@@ -54,11 +54,15 @@ func build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([
 	if err := copyPackage(rel.Files, mem, "/package"); err != nil {
 		return nil, fmt.Errorf("loading package %s: %w", rel.Version, err)
 	}
-	instance, err := instanceYAML(rel.Files, swa)
+	instance, err := instanceFor(rel.Files, swa)
 	if err != nil {
 		return nil, stalled(ReasonRenderFailed, "package %s: %v", rel.Version, err)
 	}
-	if err := mem.WriteFile("/package/"+instanceFile, instance); err != nil {
+	instanceYAML, err := yaml.Marshal(instance)
+	if err != nil {
+		return nil, err
+	}
+	if err := mem.WriteFile("/package/"+instanceFile, instanceYAML); err != nil {
 		return nil, err
 	}
 	overlay, err := yaml.Marshal(overlayFor(swa, patches))
@@ -92,7 +96,7 @@ func build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([
 		}
 		objs = append(objs, u)
 	}
-	return objs, nil
+	return applyDirectives(rel.Version, objs, instance)
 }
 
 // overlayFor is the per-object layer on top of the package: where the objects
@@ -147,10 +151,10 @@ func withObjectHeader(p webappv1.Patch) string {
 	return string(out)
 }
 
-// instanceYAML lays the SimpleWebApp's spec over the package's instance.yaml,
+// instanceFor lays the SimpleWebApp's spec over the package's instance.yaml,
 // which holds a default for every field the package maps, so the package's
 // replacements always find their source.
-func instanceYAML(pkg fs.FS, swa *webappv1.SimpleWebApp) ([]byte, error) {
+func instanceFor(pkg fs.FS, swa *webappv1.SimpleWebApp) (map[string]any, error) {
 	raw, err := fs.ReadFile(pkg, instanceFile)
 	if err != nil {
 		return nil, fmt.Errorf("package has no %s: %w", instanceFile, err)
@@ -182,7 +186,8 @@ func instanceYAML(pkg fs.FS, swa *webappv1.SimpleWebApp) ([]byte, error) {
 		return nil, fmt.Errorf("%s has no metadata", instanceFile)
 	}
 	meta["name"] = swa.Name
-	return yaml.Marshal(instance)
+	meta["namespace"] = swa.Namespace
+	return instance, nil
 }
 
 func copyPackage(src fs.FS, dst filesys.FileSystem, root string) error {

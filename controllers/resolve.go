@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,15 +22,22 @@ const PackageName = "simplewebapp"
 type Release struct {
 	// Channel the version was picked from; empty when spec.version pinned it.
 	Channel string
-	Version string
+	// ChannelRevision identifies the content of the channel file (a hash):
+	// a rolled-back version is retried only when it changes.
+	ChannelRevision string
+	Version         string
 	// Files is the package directory (a kustomize base).
 	Files fs.FS
 }
 
-// Channels resolves SimpleWebApps to package versions from a tree laid out as
-// kdp's channels: `<channel>` files listing versions and `packages/<name>/<version>/`.
+// Channels resolves SimpleWebApps to package versions from trees laid out as
+// kdp's channels: `<channel>` files listing versions and
+// `packages/<name>/<version>/`. Dir, when set (--channels-dir), is looked at
+// first: a channel file or a package version there wins over the embedded one
+// in FS, which stays the default and the fallback for what Dir lacks.
 type Channels struct {
-	FS fs.FS
+	FS  fs.FS
+	Dir fs.FS
 }
 
 // Resolve picks spec.version when set, else the newest version of the package
@@ -40,34 +49,61 @@ func (c Channels) Resolve(ctx context.Context, spec webappv1.SimpleWebAppSpec) (
 		if rel.Channel == "" {
 			rel.Channel = "stable"
 		}
-		raw, err := fs.ReadFile(c.FS, rel.Channel)
+		raw, source, err := c.read(rel.Channel)
 		if errors.Is(err, fs.ErrNotExist) {
 			return rel, stalled(ReasonChannelNotFound, "channel %q does not exist", rel.Channel)
 		}
 		if err != nil {
-			return rel, stalled(ReasonChannelNotFound, "reading channel %q: %v", rel.Channel, err)
+			return rel, stalled(ReasonChannelInvalid, "reading channel %q from %s: %v", rel.Channel, source, err)
 		}
+		sum := sha256.Sum256(raw)
+		rel.ChannelRevision = hex.EncodeToString(sum[:8])
+		// A malformed channel is never replaced by the embedded one: that
+		// could silently move apps to another version.
 		var ch loaders.Channel
 		if err := yaml.UnmarshalStrict(raw, &ch); err != nil {
-			return rel, stalled(ReasonChannelNotFound, "channel %q is malformed: %v", rel.Channel, err)
+			return rel, stalled(ReasonChannelInvalid, "channel %q in %s is malformed: %v", rel.Channel, source, err)
 		}
 		latest, _ := ch.Latest(ctx, PackageName)
 		if latest == nil {
-			return rel, stalled(ReasonVersionNotFound, "channel %q lists no version of %s", rel.Channel, PackageName)
+			return rel, stalled(ReasonChannelInvalid, "channel %q in %s lists no version of %s", rel.Channel, source, PackageName)
 		}
 		rel.Version = latest.Version
 	}
 	dir := path.Join("packages", PackageName, rel.Version)
-	if _, err := fs.Stat(c.FS, path.Join(dir, "kustomization.yaml")); err != nil {
+	files, err := c.sub(dir)
+	if err != nil {
 		if rel.Channel != "" {
 			return rel, stalled(ReasonVersionNotFound, "channel %q lists version %s, which has no package", rel.Channel, rel.Version)
 		}
 		return rel, stalled(ReasonVersionNotFound, "version %s of %s does not exist", rel.Version, PackageName)
 	}
-	sub, err := fs.Sub(c.FS, dir)
-	if err != nil {
-		return rel, fmt.Errorf("opening package %s: %w", dir, err)
-	}
-	rel.Files = sub
+	rel.Files = files
 	return rel, nil
+}
+
+// read returns a file from Dir if it is there, else from FS, and which.
+func (c Channels) read(name string) ([]byte, string, error) {
+	if c.Dir != nil {
+		b, err := fs.ReadFile(c.Dir, name)
+		if !errors.Is(err, fs.ErrNotExist) {
+			return b, "the channels directory", err
+		}
+	}
+	b, err := fs.ReadFile(c.FS, name)
+	return b, "the embedded channels", err
+}
+
+// sub returns a package directory (one with a kustomization.yaml) from Dir if
+// it is there, else from FS.
+func (c Channels) sub(dir string) (fs.FS, error) {
+	for _, src := range []fs.FS{c.Dir, c.FS} {
+		if src == nil {
+			continue
+		}
+		if _, err := fs.Stat(src, path.Join(dir, "kustomization.yaml")); err == nil {
+			return fs.Sub(src, dir)
+		}
+	}
+	return nil, fmt.Errorf("%s: %w", dir, fs.ErrNotExist)
 }

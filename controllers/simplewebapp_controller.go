@@ -12,15 +12,19 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
@@ -46,6 +50,7 @@ type SimpleWebAppReconciler struct {
 // +kubebuilder:rbac:groups=example.com,resources=simplewebapps/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile only does bookkeeping: fetch, run the pipeline, write status and
@@ -70,8 +75,10 @@ func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if o.failure != nil {
 		log.FromContext(ctx).Info("reconcile failed", "reason", o.failure.Reason, "message", o.failure.Message, "terminal", o.failure.Terminal)
 	}
-	if err := r.observe(ctx, swa, &o); err != nil {
-		return ctrl.Result{}, err
+	if o.failure != nil { // still report the last applied workload's health
+		if err := r.observe(ctx, swa, &o); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	before := swa.DeepCopy()
 	swa.Status = computeStatus(swa, o)
@@ -84,10 +91,12 @@ func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if o.failure != nil && !o.failure.Terminal {
 		return ctrl.Result{}, o.failure // retried with backoff
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
 }
 
-// reconcile is the pipeline; each step fails with a typed reason.
+// reconcile is the pipeline: resolve → (hold back a failed version) → render
+// → apply+prune → observe → gate the upgrade, rolling back if it failed. Each
+// step fails with a typed reason.
 func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.SimpleWebApp) outcome {
 	var o outcome
 	rel, err := r.Channels.Resolve(ctx, swa.Spec)
@@ -95,19 +104,59 @@ func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.Si
 		o.failure = asStepError(err, ReasonVersionNotFound)
 		return o
 	}
+	if heldBack(swa, rel) {
+		if rel, err = r.lastHealthy(ctx, swa, rel); err != nil {
+			o.failure = asStepError(err, ReasonVersionNotFound)
+			return o
+		}
+		o.heldBack = true
+	}
+	if !r.applyRelease(ctx, swa, rel, &o) {
+		return o
+	}
+	if err := r.observe(ctx, swa, &o); err != nil {
+		o.failure = asStepError(err, ReasonApplyFailed)
+		return o
+	}
+	if gateUpgrade(swa, &o, time.Now()) {
+		back, err := r.lastHealthy(ctx, swa, rel)
+		if err != nil {
+			o.failure = asStepError(err, ReasonVersionNotFound)
+			return o
+		}
+		o.heldBack, o.rolledBack = true, true
+		if r.applyRelease(ctx, swa, back, &o) {
+			if err := r.observe(ctx, swa, &o); err != nil {
+				o.failure = asStepError(err, ReasonApplyFailed)
+			}
+		}
+	}
+	return o
+}
+
+// lastHealthy resolves the last healthy version, keeping the channel it was
+// reached through, to apply instead of desired.
+func (r *SimpleWebAppReconciler) lastHealthy(ctx context.Context, swa *webappv1.SimpleWebApp, desired Release) (Release, error) {
+	rel, err := r.Channels.Resolve(ctx, webappv1.SimpleWebAppSpec{Version: swa.Status.LastHealthyVersion})
+	rel.Channel, rel.ChannelRevision = desired.Channel, desired.ChannelRevision
+	return rel, err
+}
+
+// applyRelease renders rel for swa and applies it; it reports success.
+func (r *SimpleWebAppReconciler) applyRelease(ctx context.Context, swa *webappv1.SimpleWebApp, rel Release, o *outcome) bool {
 	o.release = rel
 	objs, err := Render(rel, swa)
 	if err != nil {
 		o.failure = asStepError(err, ReasonRenderFailed)
-		return o
+		return false
 	}
 	if err := r.Applier.Apply(ctx, swa, objs); err != nil {
 		o.staleRead = apierrors.IsConflict(err)
 		o.failure = asStepError(err, ReasonApplyFailed)
-		return o
+		return false
 	}
 	o.objects = objs
-	return o
+	return true
 }
 
 // observe reads the live Deployment: the one just applied, or after a failure
@@ -117,6 +166,7 @@ func (r *SimpleWebAppReconciler) observe(ctx context.Context, swa *webappv1.Simp
 	if o.failure == nil {
 		refs = inventory(o.objects)
 	}
+	o.workload = nil
 	name := workloadName(refs)
 	if name == "" {
 		return nil
@@ -141,6 +191,15 @@ func (r *SimpleWebAppReconciler) recordEvents(before, after *webappv1.SimpleWebA
 		r.Recorder.Eventf(after, nil, typ, f.Reason, "Reconcile", "generation %d: %s", after.Generation, f.Message)
 		return
 	}
+	if o.rolledBack {
+		fu := after.Status.FailedUpgrade
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, ReasonRolledBack, "Rollback",
+			"version %s %s; rolled back to %s, which is not retried until the spec or the channel changes", fu.Version, fu.Message, after.Status.Version)
+	}
+	if up := after.Status.Upgrade; up != nil && before.Status.Upgrade == nil {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "Upgrading", "Upgrade",
+			"upgrading from %s to %s; rolled back if not Ready within %s", up.From, up.To, upgradeTimeout(after))
+	}
 	if before.Status.ObservedGeneration != after.Status.ObservedGeneration || before.Status.Version != after.Status.Version {
 		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "Applied", "Apply",
 			"applied version %s for generation %d: %s", after.Status.Version, after.Generation, describe(o.objects))
@@ -148,7 +207,7 @@ func (r *SimpleWebAppReconciler) recordEvents(before, after *webappv1.SimpleWebA
 	wasReady := isTrue(before, webappv1.ConditionReady)
 	if !wasReady && isTrue(after, webappv1.ConditionReady) {
 		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, ReasonAvailable, "Observe",
-			"%d of %d pods ready", after.Status.ReadyReplicas, after.Status.Replicas)
+			"version %s: %d of %d pods ready", after.Status.Version, after.Status.ReadyReplicas, after.Status.Replicas)
 	}
 }
 
@@ -170,13 +229,18 @@ func describe(objs []*unstructured.Unstructured) string {
 }
 
 // SetupWithManager watches SimpleWebApps and the objects they own, so a
-// deleted or hand-edited child is put back at once (drift).
-func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return ctrl.NewControllerManagedBy(mgr).
+// deleted or hand-edited child is put back at once (drift), and, when given,
+// the events of a ChannelWatcher.
+func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager, channelEvents <-chan event.GenericEvent) error {
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&webappv1.SimpleWebApp{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ConfigMap{}).
-		Named("simplewebapp").
-		Complete(r)
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Named("simplewebapp")
+	if channelEvents != nil {
+		b = b.WatchesRawSource(source.Channel(channelEvents, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,14 @@ type outcome struct {
 	workload *appsv1.Deployment           // live Deployment, if it exists
 	// staleRead: a write conflicted with a newer version of the SimpleWebApp.
 	staleRead bool
+
+	// Health-gated upgrades (upgrade.go).
+	heldBack      bool // the desired version failed before: the last healthy one is applied
+	rolledBack    bool // this pass rolled back
+	lastHealthy   string
+	upgrade       *webappv1.UpgradeStatus
+	failedUpgrade *webappv1.FailedUpgrade
+	requeueAfter  time.Duration
 }
 
 // computeStatus derives the whole status from the previous status and what
@@ -34,6 +43,9 @@ func computeStatus(swa *webappv1.SimpleWebApp, o outcome) webappv1.SimpleWebAppS
 		st.Channel = o.release.Channel
 		st.Version = o.release.Version
 		st.Inventory = inventory(o.objects)
+		st.LastHealthyVersion = o.lastHealthy
+		st.Upgrade = o.upgrade
+		st.FailedUpgrade = o.failedUpgrade
 	}
 	if d := o.workload; d != nil {
 		st.Replicas = d.Status.Replicas
@@ -60,7 +72,18 @@ func computeStatus(swa *webappv1.SimpleWebApp, o outcome) webappv1.SimpleWebAppS
 		set(webappv1.ConditionReady, metav1.ConditionFalse, f.Reason, f.Message)
 	default:
 		done, failed, msg := rollout(o.workload)
+		if up := st.Upgrade; up != nil {
+			msg = fmt.Sprintf("upgrading from %s to %s (rolled back if not Ready by %s): %s",
+				up.From, up.To, up.StartedAt.Add(upgradeTimeout(swa)).UTC().Format(time.RFC3339), msg)
+		}
 		switch {
+		case o.heldBack:
+			fu := st.FailedUpgrade
+			why := fmt.Sprintf("version %s %s; running %s (%s); waiting for a change of the spec or the channel",
+				fu.Version, fu.Message, st.Version, msg)
+			set(webappv1.ConditionStalled, metav1.ConditionTrue, ReasonRolledBack, why)
+			set(webappv1.ConditionReconciling, metav1.ConditionFalse, ReasonRolledBack, why)
+			set(webappv1.ConditionReady, metav1.ConditionFalse, ReasonRolledBack, why)
 		case failed:
 			set(webappv1.ConditionStalled, metav1.ConditionTrue, ReasonRolloutFailed, msg)
 			set(webappv1.ConditionReconciling, metav1.ConditionFalse, ReasonRolloutFailed, msg)

@@ -46,6 +46,16 @@ type SimpleWebAppSpec struct {
 	// +optional
 	Image string `json:"image,omitempty"`
 
+	// UpgradeTimeout is how long a new version may take to become Ready. If
+	// it does not, the operator rolls back to the last healthy version and
+	// does not try that version again until the spec or the channel changes.
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Format=duration
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('5s') && duration(self) <= duration('24h')",message="upgradeTimeout must be between 5s and 24h"
+	// +optional
+	UpgradeTimeout *metav1.Duration `json:"upgradeTimeout,omitempty"`
+
 	// Patches are kustomize patches applied to the rendered objects, after the
 	// package's own mapping of this spec. A patch may only modify objects the
 	// package renders for this SimpleWebApp; it cannot add, rename or move them.
@@ -119,10 +129,48 @@ type SimpleWebAppStatus struct {
 	// +optional
 	Version string `json:"version,omitempty"`
 
+	// LastHealthyVersion is the newest version that became Ready here; an
+	// upgrade that fails is rolled back to it.
+	// +optional
+	LastHealthyVersion string `json:"lastHealthyVersion,omitempty"`
+
+	// Upgrade is the roll-out of a new version that is not Ready yet.
+	// +optional
+	Upgrade *UpgradeStatus `json:"upgrade,omitempty"`
+
+	// FailedUpgrade is the last version that did not become Ready in time and
+	// was rolled back. It is not tried again while the spec (generation) and
+	// the channel's content stay the same.
+	// +optional
+	FailedUpgrade *FailedUpgrade `json:"failedUpgrade,omitempty"`
+
 	// Inventory lists the objects applied for this SimpleWebApp.
 	// +listType=atomic
 	// +optional
 	Inventory []ObjectReference `json:"inventory,omitempty"`
+}
+
+// UpgradeStatus is a roll-out from one version to another in progress.
+type UpgradeStatus struct {
+	From      string      `json:"from"`
+	To        string      `json:"to"`
+	StartedAt metav1.Time `json:"startedAt"`
+}
+
+// FailedUpgrade records a version that was rolled back, and for which input.
+type FailedUpgrade struct {
+	// Version that did not become Ready.
+	Version string `json:"version"`
+	// Generation of the SimpleWebApp it was tried for.
+	Generation int64 `json:"generation"`
+	// ChannelRevision is a hash of the channel file it was resolved from
+	// (empty for a pinned version).
+	// +optional
+	ChannelRevision string `json:"channelRevision,omitempty"`
+	// Message says why it failed.
+	Message string `json:"message"`
+	// RolledBackAt is when the operator went back to the last healthy version.
+	RolledBackAt metav1.Time `json:"rolledBackAt"`
 }
 
 // ObjectReference names one applied object in the SimpleWebApp's namespace.

@@ -74,7 +74,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if _, err := controllers.Setup(mgr, controllers.Channels{FS: testChannels()}); err != nil {
+	if _, err := controllers.Setup(mgr, controllers.Options{Channels: controllers.Channels{FS: testChannels()}}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
