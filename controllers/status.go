@@ -74,7 +74,7 @@ func computeStatus(swa *webappv1.SimpleWebApp, o outcome) webappv1.SimpleWebAppS
 		done, failed, msg := rollout(o.workload)
 		if up := st.Upgrade; up != nil {
 			msg = fmt.Sprintf("upgrading from %s to %s (rolled back if not Ready by %s): %s",
-				up.From, up.To, up.StartedAt.Add(upgradeTimeout(swa)).UTC().Format(time.RFC3339), msg)
+				up.From, up.To, upgradeDeadline(swa, up).UTC().Format(time.RFC3339), msg)
 		}
 		switch {
 		case o.heldBack:

@@ -43,11 +43,12 @@ func gateUpgrade(swa *webappv1.SimpleWebApp, o *outcome, now time.Time) (rollbac
 	}
 	up := st.Upgrade
 	if up == nil || up.To != o.release.Version || up.From != st.LastHealthyVersion {
-		up = &webappv1.UpgradeStatus{From: st.LastHealthyVersion, To: o.release.Version, StartedAt: metav1.NewTime(now)}
+		// Truncated as the API stores it, so every pass sees the same value.
+		up = &webappv1.UpgradeStatus{From: st.LastHealthyVersion, To: o.release.Version, StartedAt: metav1.NewTime(now.Truncate(time.Second))}
 	}
 	o.upgrade = up
 	timeout := upgradeTimeout(swa)
-	deadline := up.StartedAt.Add(timeout)
+	deadline := upgradeDeadline(swa, up)
 	if !failed && now.Before(deadline) {
 		o.requeueAfter = deadline.Sub(now) // check the deadline even if nothing else happens
 		return false
@@ -61,6 +62,13 @@ func gateUpgrade(swa *webappv1.SimpleWebApp, o *outcome, now time.Time) (rollbac
 		RolledBackAt:    metav1.NewTime(now),
 	}
 	return true
+}
+
+// upgradeDeadline is when an upgrade is given up. startedAt has second
+// precision, so the whole second the upgrade started in counts: a roll-back
+// comes between timeout and timeout+1s after the start, never before.
+func upgradeDeadline(swa *webappv1.SimpleWebApp, up *webappv1.UpgradeStatus) time.Time {
+	return up.StartedAt.Add(upgradeTimeout(swa) + time.Second)
 }
 
 func upgradeTimeout(swa *webappv1.SimpleWebApp) time.Duration {

@@ -31,6 +31,9 @@ import (
 var (
 	k8s    client.Client // admin client, uncached
 	scheme = runtime.NewScheme()
+	// channelsDir is the operator's --channels-dir: tests write channels and
+	// packages into it while the operator runs.
+	channelsDir string
 )
 
 func TestMain(m *testing.M) {
@@ -74,7 +77,16 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if _, err := controllers.Setup(mgr, controllers.Options{Channels: controllers.Channels{FS: testChannels()}}); err != nil {
+	if channelsDir, err = os.MkdirTemp("", "swa-channels-"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(channelsDir)
+	opts := controllers.Options{
+		Channels:             controllers.Channels{FS: testChannels(), Dir: os.DirFS(channelsDir)},
+		ChannelsPollInterval: 100 * time.Millisecond,
+	}
+	if _, err := controllers.Setup(mgr, opts); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
