@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -49,7 +50,9 @@ func main() {
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flags)
 	_ = flags.Parse(os.Args[1:])
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	logger := zap.New(zap.UseFlagOptions(&zapOpts))
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger) // kdp's applylib logs through klog: same structured output
 	setupLog := ctrl.Log.WithName("setup")
 
 	scheme := runtime.NewScheme()

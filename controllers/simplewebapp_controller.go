@@ -58,6 +58,9 @@ type SimpleWebAppReconciler struct {
 func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	swa := &webappv1.SimpleWebApp{}
 	if err := r.Client.Get(ctx, req.NamespacedName, swa); err != nil {
+		if apierrors.IsNotFound(err) {
+			forgetMetrics(req.Namespace, req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !swa.DeletionTimestamp.IsZero() {
@@ -83,6 +86,7 @@ func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	before := swa.DeepCopy()
 	swa.Status = computeStatus(swa, o)
 	r.recordEvents(before, swa, o)
+	recordMetrics(before, swa, o)
 	if !reflect.DeepEqual(before.Status, swa.Status) {
 		if err := r.Client.Status().Patch(ctx, swa, client.MergeFrom(before)); err != nil {
 			return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -145,16 +149,20 @@ func (r *SimpleWebAppReconciler) lastHealthy(ctx context.Context, swa *webappv1.
 // applyRelease renders rel for swa and applies it; it reports success.
 func (r *SimpleWebAppReconciler) applyRelease(ctx context.Context, swa *webappv1.SimpleWebApp, rel Release, o *outcome) bool {
 	o.release = rel
+	start := time.Now()
 	objs, err := Render(rel, swa)
+	renderDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		o.failure = asStepError(err, ReasonRenderFailed)
 		return false
 	}
 	if err := r.Applier.Apply(ctx, swa, objs); err != nil {
 		o.staleRead = apierrors.IsConflict(err)
+		applies.WithLabelValues(map[bool]string{true: "conflict", false: "error"}[o.staleRead]).Inc()
 		o.failure = asStepError(err, ReasonApplyFailed)
 		return false
 	}
+	applies.WithLabelValues("success").Inc()
 	o.objects = objs
 	return true
 }

@@ -100,7 +100,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, diag func() strin
 func describeNamespace(ns string) string {
 	var b strings.Builder
 	for _, args := range [][]string{
-		{"get", "simplewebapps,deployments,replicasets,pods,services,configmaps", "-n", ns, "-o", "wide", "--show-labels"},
+		{"get", "simplewebapps,deployments,replicasets,pods,services,configmaps,poddisruptionbudgets", "-n", ns, "-o", "wide", "--show-labels"},
 		{"get", "simplewebapps", "-n", ns, "-o", "yaml"},
 		{"get", "events", "-n", ns},
 	} {
@@ -176,15 +176,17 @@ func (a *app) newestHash() string {
 	return a.newestRS.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
 }
 
-// settled is the end state of a rollout to n replicas: the operator applied
-// the current generation and reports Ready with n ready pods, the Deployment
-// is rolled out, and exactly n pods exist, all Ready and all from the newest
-// ReplicaSet. Otherwise it says what is missing.
-func (a *app) settled(n int32) (bool, string) {
+// settled is the end state of a rollout to n replicas of the embedded stable
+// channel's version, 1.0.0 (settledOn).
+func (a *app) settled(n int32) (bool, string) { return a.settledOn(n, "1.0.0") }
+
+// settledOn is the end state of a rollout of version to n replicas: the
+// operator applied the current generation as version and reports Ready with n
+// ready pods, and the workload is rolled out (rolledOut). Otherwise it says
+// what is missing.
+func (a *app) settledOn(n int32, version string) (bool, string) {
 	st := a.swa.Status
 	ready := apimeta.FindStatusCondition(st.Conditions, webappv1.ConditionReady)
-	d := a.dep.Status
-	hash := a.newestHash()
 	var problems []string
 	check := func(ok bool, format string, args ...any) {
 		if !ok {
@@ -195,19 +197,37 @@ func (a *app) settled(n int32) (bool, string) {
 	check(ready != nil && ready.Status == metav1.ConditionTrue && ready.ObservedGeneration == a.swa.Generation,
 		"condition Ready is not True for generation %d: %+v", a.swa.Generation, ready)
 	check(st.ReadyReplicas == n && st.Replicas == n, "status replicas/readyReplicas %d/%d, want %d", st.Replicas, st.ReadyReplicas, n)
-	check(st.Version == "1.0.0", "status.version %q, want 1.0.0", st.Version)
-	check(d.ObservedGeneration == a.dep.Generation && d.ReadyReplicas == n && d.UpdatedReplicas == n && d.Replicas == n,
-		"Deployment generation %d observed %d, replicas %d updated %d ready %d, want %d", a.dep.Generation, d.ObservedGeneration, d.Replicas, d.UpdatedReplicas, d.ReadyReplicas, n)
+	check(st.Version == version, "status.version %q, want %s", st.Version, version)
+	problems = append(problems, a.rolledOut(n)...)
+	if len(problems) > 0 {
+		return false, strings.Join(problems, "; ") + "\n" + a.String()
+	}
+	return true, a.String()
+}
+
+// rolledOut lists what keeps the workload from being rolled out to n
+// replicas: the Deployment controller observed the newest generation and
+// reports n pods, all updated, ready and available, and exactly n pods exist,
+// all Ready and all from the newest ReplicaSet.
+func (a *app) rolledOut(n int32) []string {
+	d := a.dep.Status
+	hash := a.newestHash()
+	var problems []string
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			problems = append(problems, fmt.Sprintf(format, args...))
+		}
+	}
+	check(d.ObservedGeneration == a.dep.Generation && d.ReadyReplicas == n && d.AvailableReplicas == n && d.UpdatedReplicas == n && d.Replicas == n,
+		"Deployment generation %d observed %d, replicas %d updated %d ready %d available %d, want %d",
+		a.dep.Generation, d.ObservedGeneration, d.Replicas, d.UpdatedReplicas, d.ReadyReplicas, d.AvailableReplicas, n)
 	check(hash != "", "no ReplicaSet for the Deployment's revision %q", a.dep.Annotations["deployment.kubernetes.io/revision"])
 	check(len(a.pods) == int(n) && len(a.readyPods) == int(n), "%d pods, %d Ready, want %d", len(a.pods), len(a.readyPods), n)
 	for _, p := range a.pods {
 		check(p.Labels[appsv1.DefaultDeploymentUniqueLabelKey] == hash, "pod %s has template hash %q, newest is %q",
 			p.Name, p.Labels[appsv1.DefaultDeploymentUniqueLabelKey], hash)
 	}
-	if len(problems) > 0 {
-		return false, strings.Join(problems, "; ") + "\n" + a.String()
-	}
-	return true, a.String()
+	return problems
 }
 
 func (a *app) String() string {

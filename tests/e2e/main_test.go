@@ -41,13 +41,104 @@ const (
 	operatorNamespace = "simplewebapp-system"
 	operatorSA        = "controller-manager"
 	managerRole       = "manager-role" // from config/rbac/role.yaml
+
+	// channelsPollInterval is the operator's --channels-poll-interval: it acts
+	// on a change of --channels-dir once the content has stayed the same for
+	// one more interval.
+	channelsPollInterval = 500 * time.Millisecond
+
+	// neverReadyLabel on a pod makes kwok run it without ever making it Ready
+	// (neverReadyStage): a test package puts it on its pod template to play a
+	// broken version.
+	neverReadyLabel = "e2e.simplewebapp.example.com/never-ready"
 )
+
+// neverReadyStage is a kwok Stage, added to the standard ones, that moves a
+// Pending pod carrying neverReadyLabel to Running with Ready=False and keeps it
+// there: no other pod stage matches a Running, non-terminating pod outside a
+// Job, and pod-delete still removes it once it is deleted.
+//
+// Such a pod also matches the standard pod-ready stage. kwok (v0.8.0,
+// pkg/utils/lifecycle/lifecycle.go, Lifecycle.Match) picks among the matching
+// stages at random when all their weights are 0 (the default), but once the
+// weights of the matches add up to more than 0 it draws only among the stages
+// whose weight is above 0. With weight 1 here and pod-ready at 0, this stage
+// always wins for labelled pods, and pod-ready keeps every other pod.
+const neverReadyStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: e2e-pod-running-never-ready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchLabels:
+      ` + neverReadyLabel + `: "true"
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values:
+      - 'Pending'
+  weight: 1
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Initialized
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "False"
+        reason: ContainersNotReady
+        message: "e2e: this pod never becomes ready"
+        type: Ready
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "False"
+        reason: ContainersNotReady
+        type: ContainersReady
+
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        started: true
+        restartCount: 0
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      {{ $hostIPs := NodeIPsWith .spec.nodeName }}
+      {{ with $hostIPs }}
+      hostIP: {{ index . 0 | Quote }}
+      hostIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      {{ $podIPs := PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+      {{ with $podIPs }}
+      podIP: {{ index . 0 | Quote }}
+      podIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      phase: Running
+      startTime: {{ $now | Quote }}
+`
 
 // env is the shared cluster and operator, set up by TestMain.
 var env *testEnv
 
 type testEnv struct {
 	root         string // repository root
+	channelsDir  string // the operator's --channels-dir, empty at start
+	stagingDir   string // where files for channelsDir are written before a rename into it
 	cluster      *cluster.Cluster
 	kubectlBin   string // the cluster's kubectl, never the one on PATH
 	kubectlCache string // kubectl's discovery cache, in the run's temp dir
@@ -113,7 +204,19 @@ func setUp(cleanup func(func())) (*testEnv, error) {
 		return nil, err
 	}
 	cleanup(func() { os.RemoveAll(tmp) })
-	e := &testEnv{root: root, kubectlCache: filepath.Join(tmp, "kubectl-cache")}
+	e := &testEnv{
+		root:         root,
+		kubectlCache: filepath.Join(tmp, "kubectl-cache"),
+		// Empty: the embedded channels apply until a test writes here.
+		channelsDir: filepath.Join(tmp, "channels"),
+		// A sibling on the same file system, so a rename into channelsDir is atomic.
+		stagingDir: filepath.Join(tmp, "channels-staging"),
+	}
+	for _, d := range []string{e.channelsDir, e.stagingDir} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
 
 	// The operator builds while the cluster starts.
 	bin := filepath.Join(tmp, "simplewebapp-operator")
@@ -131,7 +234,11 @@ func setUp(cleanup func(func())) (*testEnv, error) {
 	}()
 
 	t0 := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Profile: cluster.ProfileFull, LogWriter: logw})
+	c, err := cluster.Start(ctx, cluster.Options{
+		Profile:         cluster.ProfileFull,
+		ExtraKwokStages: []string{neverReadyStage},
+		LogWriter:       logw,
+	})
 	if err != nil {
 		<-built
 		return nil, fmt.Errorf("starting the cluster: %w", err)
@@ -188,7 +295,7 @@ func setUp(cleanup func(func())) (*testEnv, error) {
 		return nil, err
 	}
 	t0 = time.Now()
-	e.op, err = startOperator(bin, kubeconfig, filepath.Join(tmp, "operator.log"))
+	e.op, err = startOperator(bin, kubeconfig, e.channelsDir, filepath.Join(tmp, "operator.log"))
 	if err != nil {
 		return nil, err
 	}
@@ -196,7 +303,7 @@ func setUp(cleanup func(func())) (*testEnv, error) {
 	if err := e.op.waitReady(ctx); err != nil {
 		return e, err
 	}
-	step(t0, "operator ready (log: %s)", e.op.logPath)
+	step(t0, "operator ready (log: %s, channels dir: %s)", e.op.logPath, e.channelsDir)
 	return e, nil
 }
 
@@ -305,9 +412,10 @@ func (e *testEnv) operatorIdentity(ctx context.Context, dir string) (string, err
 	return path, nil
 }
 
-// startOperator starts the operator binary with its own kubeconfig, logging to
-// logPath. A test binary that dies takes the operator with it (Pdeathsig).
-func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
+// startOperator starts the operator binary with its own kubeconfig, reading
+// channels from channelsDir before the embedded ones, logging to logPath. A
+// test binary that dies takes the operator with it (Pdeathsig).
+func startOperator(bin, kubeconfig, channelsDir, logPath string) (*operator, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -324,6 +432,8 @@ func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
 		"--health-probe-bind-address="+probeAddr,
 		"--leader-elect=false",
 		"--zap-log-level=debug",
+		"--channels-dir="+channelsDir,
+		"--channels-poll-interval="+channelsPollInterval.String(),
 	)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
