@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,10 +41,54 @@ func NewApplier(c client.Client, d dynamic.Interface, m meta.RESTMapper) *Applie
 	)}
 }
 
-// Apply makes the cluster hold exactly objs for swa. Each object gets a
-// controller reference to swa, so deleting swa garbage-collects it and
-// changes to it wake the reconciler.
-func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, objs []*unstructured.Unstructured) error {
+// Apply makes the cluster hold exactly the rendered objects for swa. Each
+// object gets a controller reference to swa, so deleting swa
+// garbage-collects it and changes to it wake the reconciler.
+//
+// Handoff fields are applied by HandoffManager: before the ApplySet for
+// objects that exist, so the field always has an owner while ManagerName lets
+// go of it, and after it for objects the ApplySet creates.
+func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rendered) error {
+	var later []*unstructured.Unstructured
+	for _, h := range r.Handoffs {
+		err := a.applyHandoff(ctx, h)
+		if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) { // not created yet
+			later = append(later, h)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := a.applySet(ctx, swa, r.Objects); err != nil {
+		return err
+	}
+	for _, h := range later {
+		if err := a.applyHandoff(ctx, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Applier) applyHandoff(ctx context.Context, partial *unstructured.Unstructured) error {
+	mapping, err := a.RESTMapper.RESTMapping(partial.GroupVersionKind().GroupKind(), partial.GroupVersionKind().Version)
+	if err != nil {
+		return err
+	}
+	body, err := partial.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	_, err = a.Dynamic.Resource(mapping.Resource).Namespace(partial.GetNamespace()).Patch(ctx, partial.GetName(),
+		types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: HandoffManager, Force: ptr.To(true)})
+	if err != nil {
+		return fmt.Errorf("applying %s %s as %s: %w", partial.GetKind(), partial.GetName(), HandoffManager, err)
+	}
+	return nil
+}
+
+func (a *Applier) applySet(ctx context.Context, swa *webappv1.SimpleWebApp, objs []*unstructured.Unstructured) error {
 	gvk := webappv1.GroupVersion.WithKind("SimpleWebApp")
 	owner := metav1.NewControllerRef(swa, gvk)
 	items := make([]*manifest.Object, 0, len(objs))

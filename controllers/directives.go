@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/blang/semver/v4"
 	"github.com/google/cel-go/cel"
@@ -19,20 +20,35 @@ const (
 	// the package. An older operator refuses the version instead of applying
 	// half of it.
 	AnnotationMinOperatorVersion = "addons.k8s.io/min-operator-version"
+	// AnnotationHandoffFields lists fields of the object (dot paths, comma
+	// separated) that the operator applies under HandoffManager, so that it
+	// can stop applying them without deleting them.
+	AnnotationHandoffFields = "simplewebapp.example.com/handoff-fields"
+	// AnnotationHandoffWhen is a CEL expression over `self`: while true, the
+	// operator does not apply the handoff fields and leaves them to whoever
+	// sets them (an autoscaler setting spec.replicas through /scale).
+	AnnotationHandoffWhen = "simplewebapp.example.com/handoff-when"
 )
+
+// HandoffManager is the field manager of the handoff fields. A separate
+// manager lets the operator release them: server-side apply deletes a field
+// that its only manager stops applying, but not one that a manager that no
+// longer applies still co-owns.
+const HandoffManager = ManagerName + "-handoff"
 
 // OperatorVersion is this operator's version, compared with
 // AnnotationMinOperatorVersion. Release builds set it with
 // -ldflags "-X example.com/simplewebapp-operator/controllers.OperatorVersion=...".
 var OperatorVersion = "0.2.0"
 
-// applyDirectives filters and cleans rendered objects by their annotations.
-func applyDirectives(version string, objs []*unstructured.Unstructured, instance map[string]any) ([]*unstructured.Unstructured, error) {
+// applyDirectives filters and cleans rendered objects by their annotations,
+// and splits off the handoff fields.
+func applyDirectives(version string, objs []*unstructured.Unstructured, instance map[string]any) (*Rendered, error) {
 	operator, err := semver.ParseTolerant(OperatorVersion)
 	if err != nil {
 		return nil, fmt.Errorf("operator version %q: %w", OperatorVersion, err)
 	}
-	kept := objs[:0]
+	out := &Rendered{}
 	for _, o := range objs {
 		ann := o.GetAnnotations()
 		if minVersion, ok := ann[AnnotationMinOperatorVersion]; ok {
@@ -53,15 +69,63 @@ func applyDirectives(version string, objs []*unstructured.Unstructured, instance
 				continue
 			}
 		}
-		delete(ann, AnnotationIncludeWhen)
-		delete(ann, AnnotationMinOperatorVersion)
+		handoff, err := splitHandoff(o, ann, instance)
+		if err != nil {
+			return nil, stalled(ReasonRenderFailed, "package %s: %s %s: %v", version, o.GetKind(), o.GetName(), err)
+		}
+		for _, k := range []string{AnnotationIncludeWhen, AnnotationMinOperatorVersion, AnnotationHandoffFields, AnnotationHandoffWhen} {
+			delete(ann, k)
+		}
 		if len(ann) == 0 {
 			ann = nil
 		}
 		o.SetAnnotations(ann)
-		kept = append(kept, o)
+		out.Objects = append(out.Objects, o)
+		if handoff != nil {
+			out.Handoffs = append(out.Handoffs, handoff)
+		}
 	}
-	return kept, nil
+	return out, nil
+}
+
+// splitHandoff removes the handoff fields from o. It returns them as a
+// partial object to apply as HandoffManager, or nil when they are handed off
+// (or o has none).
+func splitHandoff(o *unstructured.Unstructured, ann map[string]string, instance map[string]any) (*unstructured.Unstructured, error) {
+	fields := ann[AnnotationHandoffFields]
+	if fields == "" {
+		return nil, nil
+	}
+	handedOff := false
+	if expr := ann[AnnotationHandoffWhen]; expr != "" {
+		var err error
+		if handedOff, err = evalCondition(expr, instance); err != nil {
+			return nil, fmt.Errorf("%s: %w", AnnotationHandoffWhen, err)
+		}
+	}
+	partial := &unstructured.Unstructured{}
+	partial.SetAPIVersion(o.GetAPIVersion())
+	partial.SetKind(o.GetKind())
+	partial.SetName(o.GetName())
+	partial.SetNamespace(o.GetNamespace())
+	for _, f := range strings.Split(fields, ",") {
+		path := strings.Split(strings.TrimSpace(f), ".")
+		v, found, err := unstructured.NestedFieldCopy(o.Object, path...)
+		if err != nil {
+			return nil, fmt.Errorf("%s %q: %w", AnnotationHandoffFields, f, err)
+		}
+		if !found {
+			continue
+		}
+		unstructured.RemoveNestedField(o.Object, path...)
+		if err := unstructured.SetNestedField(partial.Object, v, path...); err != nil {
+			return nil, err
+		}
+	}
+	if handedOff {
+		return nil, nil
+	}
+	return partial, nil
 }
 
 func evalCondition(expr string, instance map[string]any) (bool, error) {

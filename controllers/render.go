@@ -28,10 +28,19 @@ const (
 // instanceFile is where the package reads the SimpleWebApp being rendered.
 const instanceFile = "instance.yaml"
 
+// Rendered is what the operator applies for one SimpleWebApp.
+type Rendered struct {
+	// Objects are applied as one ApplySet by ManagerName.
+	Objects []*unstructured.Unstructured
+	// Handoffs are partial objects with the fields that the package hands
+	// off under a condition which is false now: applied as HandoffManager.
+	Handoffs []*unstructured.Unstructured
+}
+
 // Render builds the objects of one SimpleWebApp from a package version. It is
 // a pure function of (package files, object identity, spec): kustomize runs in
 // memory, and all spec-to-manifest mapping is declared inside the package.
-func Render(rel Release, swa *webappv1.SimpleWebApp) ([]*unstructured.Unstructured, error) {
+func Render(rel Release, swa *webappv1.SimpleWebApp) (*Rendered, error) {
 	objs, err := build(rel, swa, swa.Spec.Patches)
 	if err != nil || len(swa.Spec.Patches) == 0 {
 		return objs, err
@@ -42,14 +51,14 @@ func Render(rel Release, swa *webappv1.SimpleWebApp) ([]*unstructured.Unstructur
 	if err != nil {
 		return nil, err
 	}
-	if got, want := identities(objs), identities(unpatched); got != want {
+	if got, want := identities(objs.Objects), identities(unpatched.Objects); got != want {
 		return nil, stalled(ReasonPatchNotAllowed,
 			"spec.patches may only modify rendered objects, not add, rename or move them: renders %s instead of %s", got, want)
 	}
 	return objs, nil
 }
 
-func build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([]*unstructured.Unstructured, error) {
+func build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) (*Rendered, error) {
 	mem := filesys.MakeFsInMemory()
 	if err := copyPackage(rel.Files, mem, "/package"); err != nil {
 		return nil, fmt.Errorf("loading package %s: %w", rel.Version, err)

@@ -38,13 +38,13 @@ func TestPatchesCannotChangeIdentity(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "demo"},
 				Spec: webappv1.SimpleWebAppSpec{Patches: []webappv1.Patch{tc.patch}}}
-			objs, err := Render(rel, swa)
+			rendered, err := Render(rel, swa)
 			var se *StepError
 			switch {
 			case tc.reason == "" && err != nil:
 				t.Fatalf("render failed: %v", err)
 			case tc.reason == "":
-				for _, o := range objs {
+				for _, o := range rendered.Objects {
 					if o.GetNamespace() != "demo" {
 						t.Errorf("%s %s rendered into namespace %q", o.GetKind(), o.GetName(), o.GetNamespace())
 					}

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,10 +21,11 @@ import (
 func CacheOptions() cache.Options {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagerName})}
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&appsv1.Deployment{}:            managed,
-		&corev1.Service{}:               managed,
-		&corev1.ConfigMap{}:             managed,
-		&policyv1.PodDisruptionBudget{}: managed,
+		&appsv1.Deployment{}:                     managed,
+		&corev1.Service{}:                        managed,
+		&corev1.ConfigMap{}:                      managed,
+		&policyv1.PodDisruptionBudget{}:          managed,
+		&autoscalingv2.HorizontalPodAutoscaler{}: managed,
 	}}
 }
 

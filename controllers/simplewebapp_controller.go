@@ -11,6 +11,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,6 +52,7 @@ type SimpleWebAppReconciler struct {
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile only does bookkeeping: fetch, run the pipeline, write status and
@@ -150,20 +152,20 @@ func (r *SimpleWebAppReconciler) lastHealthy(ctx context.Context, swa *webappv1.
 func (r *SimpleWebAppReconciler) applyRelease(ctx context.Context, swa *webappv1.SimpleWebApp, rel Release, o *outcome) bool {
 	o.release = rel
 	start := time.Now()
-	objs, err := Render(rel, swa)
+	rendered, err := Render(rel, swa)
 	renderDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		o.failure = asStepError(err, ReasonRenderFailed)
 		return false
 	}
-	if err := r.Applier.Apply(ctx, swa, objs); err != nil {
+	if err := r.Applier.Apply(ctx, swa, rendered); err != nil {
 		o.staleRead = apierrors.IsConflict(err)
 		applies.WithLabelValues(map[bool]string{true: "conflict", false: "error"}[o.staleRead]).Inc()
 		o.failure = asStepError(err, ReasonApplyFailed)
 		return false
 	}
 	applies.WithLabelValues("success").Inc()
-	o.objects = objs
+	o.objects = rendered.Objects
 	return true
 }
 
@@ -246,6 +248,7 @@ func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager, channelEvent
 		Owns(&corev1.Service{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
 		Named("simplewebapp")
 	if channelEvents != nil {
 		b = b.WatchesRawSource(source.Channel(channelEvents, &handler.EnqueueRequestForObject{}))

@@ -51,6 +51,11 @@ func computeStatus(swa *webappv1.SimpleWebApp, o outcome) webappv1.SimpleWebAppS
 		st.Replicas = d.Status.Replicas
 		st.ReadyReplicas = d.Status.ReadyReplicas
 		st.UpdatedReplicas = d.Status.UpdatedReplicas
+		desired := int32(1)
+		if d.Spec.Replicas != nil {
+			desired = *d.Spec.Replicas
+		}
+		st.PodsReady = fmt.Sprintf("%d/%d", d.Status.ReadyReplicas, desired)
 		if sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err == nil {
 			st.Selector = sel.String()
 		}

@@ -46,6 +46,12 @@ type SimpleWebAppSpec struct {
 	// +optional
 	Image string `json:"image,omitempty"`
 
+	// Autoscaling runs a HorizontalPodAutoscaler for the web server pods.
+	// While it is set, the HPA owns the pod count and spec.replicas is not
+	// applied; unset it to hand the count back to spec.replicas.
+	// +optional
+	Autoscaling *Autoscaling `json:"autoscaling,omitempty"`
+
 	// UpgradeTimeout is how long a new version may take to become Ready. If
 	// it does not, the operator rolls back to the last healthy version and
 	// does not try that version again until the spec or the channel changes.
@@ -63,6 +69,31 @@ type SimpleWebAppSpec struct {
 	// +listType=atomic
 	// +optional
 	Patches []Patch `json:"patches,omitempty"`
+}
+
+// Autoscaling bounds the pod count that a HorizontalPodAutoscaler sets from
+// CPU utilisation.
+// +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="minReplicas must not exceed maxReplicas"
+type Autoscaling struct {
+	// MinReplicas is the fewest pods the autoscaler keeps.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+
+	// MaxReplicas is the most pods the autoscaler creates.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxReplicas int32 `json:"maxReplicas"`
+
+	// TargetCPUUtilizationPercentage is the average CPU use, in percent of
+	// the pods' CPU request, that the autoscaler aims for.
+	// +kubebuilder:default=80
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	TargetCPUUtilizationPercentage int32 `json:"targetCPUUtilizationPercentage,omitempty"`
 }
 
 // Patch is a kustomize patch of one kind of rendered object.
@@ -109,6 +140,10 @@ type SimpleWebAppStatus struct {
 	// +optional
 	Replicas int32 `json:"replicas,omitempty"`
 
+	// PodsReady is ready/desired pods, for example "3/5" (a printer column).
+	// +optional
+	PodsReady string `json:"podsReady,omitempty"`
+
 	// ReadyReplicas is the number of web app pods that are ready.
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
@@ -152,8 +187,11 @@ type SimpleWebAppStatus struct {
 
 // UpgradeStatus is a roll-out from one version to another in progress.
 type UpgradeStatus struct {
-	From      string      `json:"from"`
-	To        string      `json:"to"`
+	// From is the last healthy version, restored if the upgrade fails.
+	From string `json:"from"`
+	// To is the version being rolled out.
+	To string `json:"to"`
+	// StartedAt is when the new version was first applied.
 	StartedAt metav1.Time `json:"startedAt"`
 }
 
@@ -197,10 +235,11 @@ const (
 // +kubebuilder:resource:shortName=swa
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: rendered objects are named <name>-<object> and Service names are limited to 63"
 // +kubebuilder:metadata:labels="applyset.kubernetes.io/is-parent-type=true"
-// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
-// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
-// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.readyReplicas`
-// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.podsReady`,description="Ready/desired pods"
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,description="Reason of the Ready condition"
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`,description="Applied package version"
+// +kubebuilder:printcolumn:name="Channel",type=string,JSONPath=`.spec.channel`,description="Channel followed when no version is pinned"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type SimpleWebApp struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -70,17 +70,25 @@ func TestRenderEveryVersion(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				objs, err := controllers.Render(rel, swa)
+				rendered, err := controllers.Render(rel, swa)
 				if err != nil {
 					t.Fatal(err)
 				}
 				var out bytes.Buffer
-				for _, o := range objs {
+				for _, o := range rendered.Objects {
 					b, err := yaml.Marshal(o.Object)
 					if err != nil {
 						t.Fatal(err)
 					}
 					out.WriteString("---\n")
+					out.Write(b)
+				}
+				for _, o := range rendered.Handoffs {
+					b, err := yaml.Marshal(o.Object)
+					if err != nil {
+						t.Fatal(err)
+					}
+					out.WriteString("--- # fields applied by " + controllers.HandoffManager + "\n")
 					out.Write(b)
 				}
 				compare(t, filepath.Join("testdata", version, name+".yaml"), out.Bytes())

@@ -166,3 +166,8 @@ func contentConfigMap(t *testing.T, d *appsv1.Deployment) *corev1.ConfigMap {
 	t.Fatalf("Deployment %s mounts no content ConfigMap", d.Name)
 	return nil
 }
+
+// subresourceBody sends obj as the body of a subresource update.
+func subresourceBody(obj client.Object) client.SubResourceUpdateOption {
+	return client.WithSubResourceBody(obj)
+}

@@ -1,0 +1,94 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+)
+
+// `kubectl scale swa` works: the scale subresource maps to spec.replicas, and
+// reports the pods and their selector, so an HPA can target a SimpleWebApp.
+func TestScaleSubresource(t *testing.T) {
+	ns := newNamespace(t)
+	swa := newWebApp(ns, "scaled", 2, "scale me")
+	create(t, swa)
+	markRolledOut(t, deployment(t, ns, "scaled", "Deployment", func(*appsv1.Deployment) (bool, string) { return true, "" }))
+	waitCondition(t, ns, "scaled", webappv1.ConditionReady, "True", "Available")
+
+	scale := &autoscalingv1.Scale{}
+	if err := k8s.SubResource("scale").Get(context.Background(), swa, scale); err != nil {
+		t.Fatal(err)
+	}
+	if scale.Spec.Replicas != 2 || scale.Status.Replicas != 2 || scale.Status.Selector == "" {
+		t.Fatalf("scale of the SimpleWebApp: %+v", scale)
+	}
+	scale.Spec.Replicas = 4
+	if err := k8s.SubResource("scale").Update(context.Background(), swa, subresourceBody(scale)); err != nil {
+		t.Fatal(err)
+	}
+	deployment(t, ns, "scaled", "Deployment scaled to 4 through the SimpleWebApp's /scale", func(d *appsv1.Deployment) (bool, string) {
+		return *d.Spec.Replicas == 4, fmt.Sprint(*d.Spec.Replicas)
+	})
+}
+
+// With spec.autoscaling the HPA owns the pod count: a count it sets survives
+// reconciles that apply everything else; switching autoscaling off hands the
+// count back to spec.replicas.
+func TestAutoscalerOwnsReplicas(t *testing.T) {
+	ns := newNamespace(t)
+	swa := newWebApp(ns, "auto", 3, "m0")
+	swa.Spec.Autoscaling = &webappv1.Autoscaling{MinReplicas: 2, MaxReplicas: 10}
+	create(t, swa)
+	d := deployment(t, ns, "auto", "Deployment", func(*appsv1.Deployment) (bool, string) { return true, "" })
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
+	eventually(t, timeout, "HorizontalPodAutoscaler auto-web", func() (bool, string) {
+		err := get(t, ns, "auto-web", hpa)
+		return err == nil, fmt.Sprint(err)
+	})
+	if hpa.Spec.ScaleTargetRef.Name != "auto-web" || *hpa.Spec.MinReplicas != 2 || hpa.Spec.MaxReplicas != 10 {
+		t.Errorf("HPA spec %+v", hpa.Spec)
+	}
+	if appliedBy(d, "simplewebapp-operator-handoff") {
+		t.Error("spec.replicas applied although autoscaling is on")
+	}
+
+	// The HPA's decision, made the way it makes it: through /scale.
+	scaleDeployment(t, d, 7)
+	for i := 1; i <= 3; i++ {
+		msg := fmt.Sprintf("m%d", i)
+		update(t, ns, "auto", func(s *webappv1.SimpleWebApp) { s.Spec.Message = msg })
+		d = deployment(t, ns, "auto", "reconcile applying message "+msg, func(d *appsv1.Deployment) (bool, string) {
+			return contentConfigMap(t, d).Data["message"] == msg, "old message"
+		})
+		if *d.Spec.Replicas != 7 {
+			t.Fatalf("reconcile %d reverted the autoscaler's 7 replicas to %d", i, *d.Spec.Replicas)
+		}
+	}
+
+	update(t, ns, "auto", func(s *webappv1.SimpleWebApp) { s.Spec.Autoscaling = nil })
+	deployment(t, ns, "auto", "replicas handed back to spec.replicas (3)", func(d *appsv1.Deployment) (bool, string) {
+		return *d.Spec.Replicas == 3, fmt.Sprint(*d.Spec.Replicas)
+	})
+	eventually(t, timeout, "HPA pruned", func() (bool, string) {
+		err := get(t, ns, "auto-web", &autoscalingv2.HorizontalPodAutoscaler{})
+		return err != nil, "still there"
+	})
+}
+
+func scaleDeployment(t *testing.T, d *appsv1.Deployment, n int32) {
+	t.Helper()
+	scale := &autoscalingv1.Scale{}
+	if err := k8s.SubResource("scale").Get(context.Background(), d, scale); err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = n
+	if err := k8s.SubResource("scale").Update(context.Background(), d, subresourceBody(scale)); err != nil {
+		t.Fatal(err)
+	}
+}
