@@ -46,6 +46,17 @@ tools: ## Build (or reuse from the cache) the local control plane binaries.
 test: tools ## Run every test: unit, golden, integration (envtest) and end to end (full local cluster).
 	SWA_BIN_DIR=$(TOOLS_BIN) KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS:-$(TOOLS_BIN)} go test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
+.PHONY: test-webserver
+test-webserver: ## Serve each package's rendered nginx config with a real nginx (installs Debian's nginx-light if missing; CI runs it).
+	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || { \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "installing nginx-light (Debian)"; \
+			(apt-get install -y -qq --no-install-recommends nginx-light >/dev/null 2>&1 || \
+			 (apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light >/dev/null)) && \
+			{ pkill -x nginx || true; }; \
+		else echo "test-webserver needs nginx (e.g. apt-get install nginx-light)"; exit 1; fi; }
+	go test -tags webserver -count=1 ./tests/webserver/
+
 .PHONY: golden
 golden: ## Rewrite the golden render files after a deliberate change to channels/.
 	go test ./tests/golden/ -count=1 -update
@@ -73,3 +84,40 @@ install: tools ## Install the CRD into the cluster of KUBECONFIG.
 .PHONY: uninstall
 uninstall: tools ## Remove the CRD (and every SimpleWebApp) from the cluster of KUBECONFIG.
 	$(KUBECTL) delete -k config/crd --ignore-not-found
+
+##@ Deploy
+# Installs the operator itself into the cluster of KUBECONFIG, as kubebuilder
+# projects do: config/default (CRD, RBAC, namespace simplewebapp-system,
+# Deployment, metrics Service) with the image IMG. There is no registry: build
+# the image with the Dockerfile and push it to yours (or load it into the
+# nodes), then `make deploy IMG=<registry>/simplewebapp-operator:<tag>`.
+# The Helm chart in config/helm/simplewebapp-operator installs the same objects.
+
+IMG            ?= simplewebapp-operator:latest
+HELM            = $(TOOLS_BIN)/helm
+HELM_CHART      = config/helm/simplewebapp-operator
+HELM_RELEASE   ?= simplewebapp
+HELM_NAMESPACE ?= simplewebapp-system
+# config/default with the image replaced (kustomize in-process; no kustomize
+# CLI, no edit of config/).
+RENDER          = go run ./tests/install/cmd/render --image $(IMG) config/default
+
+.PHONY: deploy
+deploy: tools ## Install CRD, RBAC and the operator (config/default, image IMG) into the cluster of KUBECONFIG.
+	$(RENDER) | $(KUBECTL) apply --server-side --field-manager=simplewebapp-deploy -f -
+
+.PHONY: undeploy
+undeploy: tools ## Remove what deploy installed, the CRD (and so every SimpleWebApp) included.
+	$(RENDER) | $(KUBECTL) delete --ignore-not-found -f -
+
+.PHONY: helm-template
+helm-template: tools ## Render the Helm chart (release HELM_RELEASE, namespace HELM_NAMESPACE, image IMG, CRD included).
+	@image='$(IMG)'; name=$${image%%@*}; digest=; [[ $$image == *@* ]] && digest=$${image#*@}; \
+	tag=; [[ $${name##*/} == *:* ]] && { tag=$${name##*:}; name=$${name%:*}; }; \
+	$(HELM) template $(HELM_RELEASE) $(HELM_CHART) --namespace $(HELM_NAMESPACE) --include-crds \
+		--set-string image.repository=$$name --set-string image.tag=$${tag:-latest} --set-string image.digest=$$digest
+
+.PHONY: helm-sync
+helm-sync: ## Copy the generated CRD and ClusterRole (make manifests) into the Helm chart; tests/install checks they match.
+	cp config/crd/bases/example.com_simplewebapps.yaml $(HELM_CHART)/crds/
+	cp config/rbac/role.yaml $(HELM_CHART)/files/manager-role.yaml
