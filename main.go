@@ -3,13 +3,17 @@ package main
 
 import (
 	"crypto/tls"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -32,6 +36,10 @@ func main() {
 		secureMetrics bool
 		leaderElect   bool
 		leaderElectNS string
+		leaseDuration time.Duration
+		renewDeadline time.Duration
+		retryPeriod   time.Duration
+		metricsCerts  string
 		channelsDir   string
 		channelsPoll  time.Duration
 	)
@@ -42,9 +50,17 @@ func main() {
 	flags.Var(kubeconfig.Value, kubeconfig.Name, kubeconfig.Usage)
 	flags.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint (HTTPS unless --metrics-secure=false); \"0\" disables it.")
 	flags.BoolVar(&secureMetrics, "metrics-secure", true, "Serve metrics over HTTPS, allowing only callers that may GET /metrics (authn/authz by the API server).")
+	flags.StringVar(&metricsCerts, "metrics-cert-dir", "", "Directory with the metrics serving certificate (tls.crt, tls.key), reloaded when it changes, for example a mounted cert-manager Secret. Default: <tmp>/k8s-metrics-server/serving-certs; without files there a self-signed certificate is generated at start.")
 	flags.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
-	flags.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader so only one of several replicas reconciles.")
+	// In a pod (several replicas of a Deployment) a leader is elected unless
+	// --leader-elect=false; out of cluster (make run, tests) it is off unless
+	// --leader-elect.
+	inCluster := runningInCluster()
+	flags.BoolVar(&leaderElect, "leader-elect", inCluster, "Elect a leader so only one of several replicas reconciles. Default: true when running in a pod (in-cluster config), else false.")
 	flags.StringVar(&leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
+	flags.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a Lease stays valid without renewal: when a leader dies without releasing it, another replica takes over after about this long.")
+	flags.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew its Lease before it gives up leadership (and exits).")
+	flags.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire, and the leader to renew, the Lease.")
 	flags.StringVar(&channelsDir, "channels-dir", "", "Directory of channels and packages (the layout of channels/) that take precedence over the embedded ones; watched for changes, for example a mounted ConfigMap.")
 	flags.DurationVar(&channelsPoll, "channels-poll-interval", 5*time.Second, "How often --channels-dir is checked for changes.")
 	zapOpts := zap.Options{Development: false}
@@ -54,6 +70,12 @@ func main() {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger) // kdp's applylib logs through klog: same structured output
 	setupLog := ctrl.Log.WithName("setup")
+	if err := validateLeaderElection(leaseDuration, renewDeadline, retryPeriod); err != nil {
+		setupLog.Error(err, "invalid leader election flags")
+		os.Exit(1)
+	}
+	setupLog.Info("leader election", "enabled", leaderElect, "inCluster", inCluster,
+		"leaseDuration", leaseDuration.String(), "renewDeadline", renewDeadline.String(), "retryPeriod", retryPeriod.String())
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -62,6 +84,7 @@ func main() {
 	metricsOpts := metricsserver.Options{
 		BindAddress:   metricsAddr,
 		SecureServing: secureMetrics,
+		CertDir:       metricsCerts,
 		// HTTP/2 off: CVE-2023-44487/39325 (rapid reset), as kubebuilder does.
 		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
 	}
@@ -76,6 +99,9 @@ func main() {
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "simplewebapp-operator.example.com",
 		LeaderElectionNamespace: leaderElectNS,
+		LeaseDuration:           &leaseDuration,
+		RenewDeadline:           &renewDeadline,
+		RetryPeriod:             &retryPeriod,
 		// The process exits right after losing or releasing leadership.
 		LeaderElectionReleaseOnCancel: true,
 		Cache:                         controllers.CacheOptions(),
@@ -104,4 +130,26 @@ func main() {
 		setupLog.Error(err, "manager exited")
 		os.Exit(1)
 	}
+}
+
+// runningInCluster reports whether the operator runs in a pod: the in-cluster
+// client configuration (KUBERNETES_SERVICE_HOST/PORT and the mounted
+// ServiceAccount token) is available.
+func runningInCluster() bool {
+	_, err := rest.InClusterConfig()
+	return err == nil
+}
+
+// validateLeaderElection checks the Lease timings the way client-go's leader
+// elector does, so bad flags fail at start rather than after the caches sync.
+func validateLeaderElection(lease, renew, retry time.Duration) error {
+	switch {
+	case lease <= 0 || renew <= 0 || retry <= 0:
+		return errors.New("--leader-elect-lease-duration, --leader-elect-renew-deadline and --leader-elect-retry-period must be positive")
+	case lease <= renew:
+		return fmt.Errorf("--leader-elect-lease-duration (%s) must be greater than --leader-elect-renew-deadline (%s)", lease, renew)
+	case renew <= time.Duration(leaderelection.JitterFactor*float64(retry)):
+		return fmt.Errorf("--leader-elect-renew-deadline (%s) must be greater than %.1f × --leader-elect-retry-period (%s)", renew, leaderelection.JitterFactor, retry)
+	}
+	return nil
 }

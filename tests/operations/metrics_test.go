@@ -1,0 +1,185 @@
+package operations
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+)
+
+// TestMetrics scrapes the operator's secure metrics endpoint as Prometheus
+// would: HTTPS with a certificate it can verify (--metrics-cert-dir), a
+// bearer token that the operator has the API server review (TokenReview) and
+// authorize for `get /metrics` (SubjectAccessReview). It checks who may
+// scrape, that the operator's metrics move with what it does, and that the
+// dashboard and alerts in config/prometheus use only metrics it serves.
+func TestMetrics(t *testing.T) {
+	ns := newNamespace(t, "ops-metrics")
+	// With leader election, as deployed: leader_election_master_status is
+	// served, and the controller's metrics only by the leader.
+	op := startOperator(t, "metrics", "--leader-elect=true", "--leader-election-namespace="+operatorNamespace)
+	op.waitReady(t)
+
+	// The metrics server starts with the manager; wait until it answers.
+	waitFor(t, time.Minute, "the metrics endpoint "+op.metricsAddr+" to answer", func(context.Context) (bool, string) {
+		code, body, err := op.scrape(env.scraperToken)
+		if err != nil {
+			return false, err.Error()
+		}
+		return code == http.StatusOK, fmt.Sprintf("%d %.200s", code, body)
+	})
+	for _, c := range []struct {
+		who, token string
+		want       []int
+	}{
+		{"no token", "", []int{http.StatusUnauthorized}},
+		// The API server rejects the TokenReview's token; k8s.io/apiserver's
+		// bearer token authenticator reports that as an error ("invalid bearer
+		// token"), which controller-runtime v0.25's filter answers with 500
+		// "Authentication failed" (and an error log with a stack trace), not 401.
+		{"an invalid token", "not-a-token", []int{http.StatusUnauthorized, http.StatusInternalServerError}},
+		{"ServiceAccount " + noRightsSA + " (no metrics-reader binding)", env.noRightsToken, []int{http.StatusForbidden}},
+		{"ServiceAccount " + scraperSA + " (bound to metrics-reader)", env.scraperToken, []int{http.StatusOK}},
+	} {
+		code, body, err := op.scrape(c.token)
+		if err != nil {
+			t.Fatalf("scrape with %s: %v", c.who, err)
+		}
+		if !slices.Contains(c.want, code) {
+			t.Errorf("scrape with %s: %d, want %v: %.300s", c.who, code, c.want, body)
+		} else {
+			t.Logf("scrape with %s: %d %s", c.who, code, firstLineOf(body, code))
+		}
+	}
+
+	ss, err := op.metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	success0, _ := ss.get("simplewebapp_applies_total", map[string]string{"result": "success"})
+	started0, _ := ss.get("simplewebapp_upgrades_total", map[string]string{"result": "started"})
+	succeeded0, _ := ss.get("simplewebapp_upgrades_total", map[string]string{"result": "succeeded"})
+
+	// A SimpleWebApp is applied: applies succeed, it becomes Ready (gauge 1),
+	// its objects are counted.
+	app := newApp(ns, "metrics-app", 2, "1.0.0")
+	if err := env.c.Create(t.Context(), app); err != nil {
+		t.Fatal(err)
+	}
+	waitAppReady(t, ns, app.Name, 1, "1.0.0")
+	key := map[string]string{"namespace": ns, "name": app.Name}
+	waitMetrics(t, op, "the first apply of "+app.Name, func(ss samples) (bool, string) {
+		success, _ := ss.get("simplewebapp_applies_total", map[string]string{"result": "success"})
+		ready, hasReady := ss.get("simplewebapp_ready", key)
+		objects, _ := ss.get("simplewebapp_objects_applied", key)
+		want := inventorySize(t, ns, app.Name)
+		return success > success0 && hasReady && ready == 1 && objects == float64(want),
+			fmt.Sprintf("applies_total{success} %v (was %v), ready %v (present %t), objects_applied %v (inventory %d)", success, success0, ready, hasReady, objects, want)
+	})
+
+	// An upgrade to 1.1.0 (which adds a PodDisruptionBudget for 2 replicas).
+	gen := updateApp(t, ns, app.Name, func(swa *webappv1.SimpleWebApp) { swa.Spec.Version = "1.1.0" })
+	waitAppReady(t, ns, app.Name, gen, "1.1.0")
+	waitMetrics(t, op, "the upgrade of "+app.Name+" to 1.1.0", func(ss samples) (bool, string) {
+		started, _ := ss.get("simplewebapp_upgrades_total", map[string]string{"result": "started"})
+		succeeded, _ := ss.get("simplewebapp_upgrades_total", map[string]string{"result": "succeeded"})
+		ready, _ := ss.get("simplewebapp_ready", key)
+		objects, _ := ss.get("simplewebapp_objects_applied", key)
+		want := inventorySize(t, ns, app.Name)
+		return started > started0 && succeeded > succeeded0 && ready == 1 && objects == float64(want),
+			fmt.Sprintf("upgrades started %v (was %v) succeeded %v (was %v), ready %v, objects %v (inventory %d)", started, started0, succeeded, succeeded0, ready, objects, want)
+	})
+
+	// A SimpleWebApp that cannot be applied: Stalled and not Ready.
+	stalled := newApp(ns, "metrics-stalled", 1, "9.9.9")
+	if err := env.c.Create(t.Context(), stalled); err != nil {
+		t.Fatal(err)
+	}
+	stalledKey := map[string]string{"namespace": ns, "name": stalled.Name}
+	waitMetrics(t, op, stalled.Name+" to be reported stalled", func(ss samples) (bool, string) {
+		st, hasSt := ss.get("simplewebapp_stalled", stalledKey)
+		ready, hasReady := ss.get("simplewebapp_ready", stalledKey)
+		return hasSt && st == 1 && hasReady && ready == 0, fmt.Sprintf("stalled %v (present %t), ready %v (present %t)", st, hasSt, ready, hasReady)
+	})
+
+	ss, err = op.metrics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{
+		"simplewebapp_applies_total", "simplewebapp_render_duration_seconds_bucket", "simplewebapp_render_duration_seconds_count",
+		"simplewebapp_objects_applied", "simplewebapp_ready", "simplewebapp_stalled", "simplewebapp_upgrades_total",
+		"simplewebapp_rollbacks_total", "controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
+		"controller_runtime_reconcile_time_seconds_bucket", "leader_election_master_status", "workqueue_depth",
+	} {
+		if _, ok := ss.get(name, nil); !ok {
+			t.Errorf("/metrics has no %s", name)
+		}
+	}
+	if v, _ := ss.get("controller_runtime_reconcile_total", map[string]string{"controller": "simplewebapp", "result": "success"}); v == 0 {
+		t.Error(`controller_runtime_reconcile_total{controller="simplewebapp",result="success"} is 0`)
+	}
+	if v, _ := ss.get("simplewebapp_render_duration_seconds_count", nil); v == 0 {
+		t.Error("simplewebapp_render_duration_seconds_count is 0")
+	}
+	for _, s := range ss {
+		if strings.HasPrefix(s.name, "simplewebapp_") && s.labels["namespace"] == ns {
+			t.Logf("  %s%v %v", s.name, s.labels, s.value)
+		}
+	}
+
+	// Dashboards and alerts cannot drift from the metrics: everything they
+	// use is in this scrape (which has every simplewebapp_* family, as the
+	// steps above made each of them appear).
+	served := ss.names()
+	t.Run("dashboard", func(t *testing.T) { checkDashboard(t, served) })
+	t.Run("prometheusrule", func(t *testing.T) { checkPrometheusRule(t, served) })
+
+	// A deleted SimpleWebApp's series go away.
+	if err := env.c.Delete(t.Context(), stalled); err != nil {
+		t.Fatal(err)
+	}
+	waitMetrics(t, op, "the series of the deleted "+stalled.Name+" to go", func(ss samples) (bool, string) {
+		_, hasSt := ss.get("simplewebapp_stalled", stalledKey)
+		_, hasReady := ss.get("simplewebapp_ready", stalledKey)
+		return !hasSt && !hasReady, fmt.Sprintf("stalled present %t, ready present %t", hasSt, hasReady)
+	})
+}
+
+// waitMetrics scrapes until cond holds.
+func waitMetrics(t *testing.T, op *operator, what string, cond func(samples) (bool, string)) {
+	t.Helper()
+	waitFor(t, 2*time.Minute, "metrics: "+what, func(context.Context) (bool, string) {
+		ss, err := op.metrics()
+		if err != nil {
+			return false, err.Error()
+		}
+		return cond(ss)
+	})
+}
+
+// inventorySize is the number of objects in the SimpleWebApp's status.
+func inventorySize(t *testing.T, ns, name string) int {
+	swa := &webappv1.SimpleWebApp{}
+	if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, swa); err != nil {
+		return -1
+	}
+	return len(swa.Status.Inventory)
+}
+
+// firstLineOf is what a log shows of a response body: the error text, or for
+// a 200 only that it is metrics.
+func firstLineOf(body string, code int) string {
+	if code == http.StatusOK {
+		return fmt.Sprintf("(%d bytes of metrics)", len(body))
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(body), "\n")
+	return fmt.Sprintf("%q", line)
+}

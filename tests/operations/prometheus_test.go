@@ -1,0 +1,555 @@
+package operations
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// The files of config/prometheus.
+const (
+	dashboardFile      = "config/prometheus/dashboard.json"
+	prometheusRuleFile = "config/prometheus/prometheusrule.yaml"
+	serviceMonitorFile = "config/prometheus/servicemonitor.yaml"
+)
+
+// targetLabels are added by Prometheus when it scrapes a ServiceMonitor
+// target; expressions may use them although the operator does not serve them.
+var targetLabels = map[string]bool{"job": true, "instance": true, "namespace": true, "pod": true, "service": true, "endpoint": true, "container": true}
+
+// promqlRef is what an expression refers to: metric (sample) names, the label
+// names it matches on per metric, and the label names it groups by.
+type promqlRef struct {
+	metrics  map[string]bool
+	matchers map[string][]string // metric -> label names in its {...}
+	grouping []string            // label names in by/without/on/ignoring/group_* lists
+}
+
+var (
+	reString   = regexp.MustCompile("\"(?:[^\"\\\\]|\\\\.)*\"|'(?:[^'\\\\]|\\\\.)*'|`[^`]*`")
+	reSelector = regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*\{([^{}]*)\}`)
+	reMatcher  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
+	reRange    = regexp.MustCompile(`\[[^\[\]]*\]`)
+	reToken    = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*|[0-9][0-9a-zA-Z_.]*|\$[a-zA-Z0-9_]+|\S`)
+)
+
+// Words of PromQL that are not metric names.
+var (
+	groupingKeywords = map[string]bool{"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true}
+	otherKeywords    = map[string]bool{"bool": true, "and": true, "or": true, "unless": true, "offset": true, "atan2": true, "inf": true, "nan": true}
+)
+
+// parsePromQL extracts what a PromQL expression (Grafana variables allowed)
+// refers to. It is a tokenizer, not a full parser: identifiers followed by
+// "(" are functions or aggregations, identifiers in grouping lists are label
+// names, label matchers, strings and ranges are set aside first; every other
+// identifier is a metric name. It checks that brackets balance and that the
+// expression names at least one metric.
+func parsePromQL(expr string) (promqlRef, error) {
+	ref := promqlRef{metrics: map[string]bool{}, matchers: map[string][]string{}}
+	depth := map[rune]int{}
+	for _, r := range reString.ReplaceAllString(expr, `""`) {
+		switch r {
+		case '(', '[', '{':
+			depth[r]++
+		case ')':
+			depth['(']--
+		case ']':
+			depth['[']--
+		case '}':
+			depth['{']--
+		}
+		for _, d := range depth {
+			if d < 0 {
+				return ref, fmt.Errorf("unbalanced brackets in %q", expr)
+			}
+		}
+	}
+	for _, d := range depth {
+		if d != 0 {
+			return ref, fmt.Errorf("unbalanced brackets in %q", expr)
+		}
+	}
+
+	s := reString.ReplaceAllString(expr, `""`)
+	for _, m := range reSelector.FindAllStringSubmatch(s, -1) {
+		var labels []string
+		for _, lm := range reMatcher.FindAllStringSubmatch(m[2], -1) {
+			labels = append(labels, lm[1])
+		}
+		if m[1] != "" {
+			ref.matchers[m[1]] = append(ref.matchers[m[1]], labels...)
+		}
+	}
+	s = reSelector.ReplaceAllStringFunc(s, func(sel string) string { return reSelector.FindStringSubmatch(sel)[1] + " " })
+	s = reRange.ReplaceAllString(s, " ")
+	toks := reToken.FindAllString(s, -1)
+	for i := 0; i < len(toks); i++ {
+		tok := toks[i]
+		next := ""
+		if i+1 < len(toks) {
+			next = toks[i+1]
+		}
+		switch {
+		case groupingKeywords[tok]:
+			if next != "(" {
+				continue // group_left without a list
+			}
+			j := i + 2
+			for ; j < len(toks) && toks[j] != ")"; j++ {
+				if toks[j] != "," {
+					ref.grouping = append(ref.grouping, toks[j])
+				}
+			}
+			i = j
+		case otherKeywords[strings.ToLower(tok)], next == "(", groupingKeywords[next]: // a function, or an aggregation: sum by (...) (...)
+		case tok[0] == '$', tok[0] >= '0' && tok[0] <= '9':
+		case tok[0] == '_' || tok[0] == ':' || (tok[0] >= 'a' && tok[0] <= 'z') || (tok[0] >= 'A' && tok[0] <= 'Z'):
+			ref.metrics[tok] = true
+		}
+	}
+	if len(ref.metrics) == 0 {
+		return ref, fmt.Errorf("no metric name in %q", expr)
+	}
+	return ref, nil
+}
+
+// TestParsePromQL checks the tokenizer the drift checks rely on.
+func TestParsePromQL(t *testing.T) {
+	for _, c := range []struct {
+		expr     string
+		metrics  []string
+		grouping []string
+		matchers map[string][]string
+	}{
+		{`simplewebapp_ready == 0`, []string{"simplewebapp_ready"}, nil, nil},
+		{`histogram_quantile(0.99, sum by (controller, le) (rate(controller_runtime_reconcile_time_seconds_bucket{controller="simplewebapp"}[$__rate_interval])))`,
+			[]string{"controller_runtime_reconcile_time_seconds_bucket"}, []string{"controller", "le"},
+			map[string][]string{"controller_runtime_reconcile_time_seconds_bucket": {"controller"}}},
+		{`count(simplewebapp_stalled{namespace=~"$namespace", reason!="a,b}"} == 1) or vector(0)`,
+			[]string{"simplewebapp_stalled"}, nil, map[string][]string{"simplewebapp_stalled": {"namespace", "reason"}}},
+		{`sum(rate(a_total[5m] offset 1h)) without (instance) / on (job) group_left b`, []string{"a_total", "b"}, []string{"instance", "job"}, nil},
+		{`absent(controller_runtime_reconcile_total{controller="simplewebapp"})`, []string{"controller_runtime_reconcile_total"}, nil, nil},
+	} {
+		ref, err := parsePromQL(c.expr)
+		if err != nil {
+			t.Errorf("%s: %v", c.expr, err)
+			continue
+		}
+		if got := sortedKeys(ref.metrics); !slices.Equal(got, c.metrics) {
+			t.Errorf("%s: metrics %v, want %v", c.expr, got, c.metrics)
+		}
+		if !slices.Equal(ref.grouping, c.grouping) {
+			t.Errorf("%s: grouping %v, want %v", c.expr, ref.grouping, c.grouping)
+		}
+		for m, want := range c.matchers {
+			if !slices.Equal(ref.matchers[m], want) {
+				t.Errorf("%s: matchers of %s %v, want %v", c.expr, m, ref.matchers[m], want)
+			}
+		}
+	}
+	for _, bad := range []string{`sum(rate(x[5m])`, `vector(0)`, `x{a="b"`} {
+		if _, err := parsePromQL(bad); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+// checkAgainstScrape fails the test for every metric an expression names
+// that the operator does not serve, and every label it matches or groups on
+// that no such metric carries (target labels excepted).
+func checkAgainstScrape(t *testing.T, where, expr string, served map[string]map[string]bool) promqlRef {
+	t.Helper()
+	ref, err := parsePromQL(expr)
+	if err != nil {
+		t.Errorf("%s: %v", where, err)
+		return ref
+	}
+	labelsOf := map[string]bool{}
+	for m := range ref.metrics {
+		labels, ok := served[m]
+		if !ok {
+			t.Errorf("%s: metric %s is not served by the operator (expr %s)", where, m, expr)
+			continue
+		}
+		for l := range labels {
+			labelsOf[l] = true
+		}
+		for _, l := range ref.matchers[m] {
+			if !labels[l] && !targetLabels[l] {
+				t.Errorf("%s: %s has no label %q (expr %s)", where, m, l, expr)
+			}
+		}
+	}
+	for _, l := range ref.grouping {
+		if !labelsOf[l] && !targetLabels[l] {
+			t.Errorf("%s: groups by %q, which none of %v carries (expr %s)", where, l, sortedKeys(ref.metrics), expr)
+		}
+	}
+	return ref
+}
+
+// dashboard is the part of a Grafana dashboard the checks read.
+type dashboard struct {
+	Title      string  `json:"title"`
+	UID        string  `json:"uid"`
+	Panels     []panel `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name  string `json:"name"`
+			Type  string `json:"type"`
+			Query any    `json:"query"` // a string, or {query: ...}
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+type panel struct {
+	ID      int     `json:"id"`
+	Type    string  `json:"type"`
+	Title   string  `json:"title"`
+	Panels  []panel `json:"panels"` // of a collapsed row
+	Targets []struct {
+		Expr  string `json:"expr"`
+		RefID string `json:"refId"`
+	} `json:"targets"`
+}
+
+var reLabelValues = regexp.MustCompile(`^label_values\(\s*([^,]+?)\s*,\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)$`)
+
+// checkDashboard parses config/prometheus/dashboard.json and checks every
+// expression (panels and variables) against the metrics served, and that it
+// covers what the dashboard is for.
+func checkDashboard(t *testing.T, served map[string]map[string]bool) {
+	b, err := os.ReadFile(filepath.Join(env.root, dashboardFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	var d dashboard
+	if err := dec.Decode(&d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		t.Fatalf("%s: trailing data after the dashboard", dashboardFile)
+	}
+	if d.Title == "" || d.UID == "" {
+		t.Errorf("%s: no title or uid", dashboardFile)
+	}
+	referenced := map[string]bool{}
+	ids := map[int]string{}
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			if other, dup := ids[p.ID]; dup {
+				t.Errorf("panels %q and %q share id %d", other, p.Title, p.ID)
+			}
+			ids[p.ID] = p.Title
+			walk(p.Panels)
+			if p.Type == "row" {
+				continue
+			}
+			if p.Title == "" || len(p.Targets) == 0 {
+				t.Errorf("panel %d: no title or no queries", p.ID)
+			}
+			for _, tg := range p.Targets {
+				ref := checkAgainstScrape(t, fmt.Sprintf("panel %q query %s", p.Title, tg.RefID), tg.Expr, served)
+				for m := range ref.metrics {
+					referenced[m] = true
+				}
+			}
+		}
+	}
+	walk(d.Panels)
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		q, _ := v.Query.(string)
+		if m, ok := v.Query.(map[string]any); ok {
+			q, _ = m["query"].(string)
+		}
+		lv := reLabelValues.FindStringSubmatch(strings.TrimSpace(q))
+		if lv == nil {
+			t.Errorf("variable %s: query %q is not label_values(<selector>, <label>)", v.Name, q)
+			continue
+		}
+		ref := checkAgainstScrape(t, "variable "+v.Name, lv[1], served)
+		for m := range ref.metrics {
+			if !served[m][lv[2]] {
+				t.Errorf("variable %s: %s has no label %q", v.Name, m, lv[2])
+			}
+		}
+	}
+	// What the dashboard is for: reconciles and errors by controller,
+	// reconcile latency, render duration, applies by result, objects per CR,
+	// SimpleWebApps not Ready, upgrades and rollbacks.
+	for _, m := range []string{
+		"controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
+		"controller_runtime_reconcile_time_seconds_bucket", "simplewebapp_render_duration_seconds_bucket",
+		"simplewebapp_applies_total", "simplewebapp_objects_applied", "simplewebapp_ready",
+		"simplewebapp_upgrades_total", "simplewebapp_rollbacks_total",
+	} {
+		if !referenced[m] {
+			t.Errorf("the dashboard shows nothing of %s", m)
+		}
+	}
+	t.Logf("%s: %d panels, %d metrics referenced, all served: %v", dashboardFile, len(ids), len(referenced), sortedKeys(referenced))
+}
+
+// prometheusRule is the part of a monitoring.coreos.com/v1 PrometheusRule the
+// checks read.
+type prometheusRule struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Spec       struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Record      string            `json:"record"`
+				Expr        string            `json:"expr"`
+				For         string            `json:"for"`
+				Labels      map[string]string `json:"labels"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	} `json:"spec"`
+}
+
+// checkPrometheusRule parses config/prometheus/prometheusrule.yaml and checks
+// every expression against the metrics served, and the alerts it must have.
+func checkPrometheusRule(t *testing.T, served map[string]map[string]bool) {
+	var pr prometheusRule
+	raw, err := os.ReadFile(filepath.Join(env.root, prometheusRuleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, &pr); err != nil {
+		t.Fatalf("%s: %v", prometheusRuleFile, err)
+	}
+	if pr.APIVersion != "monitoring.coreos.com/v1" || pr.Kind != "PrometheusRule" {
+		t.Fatalf("%s: %s %s, want monitoring.coreos.com/v1 PrometheusRule", prometheusRuleFile, pr.APIVersion, pr.Kind)
+	}
+	type alert struct{ expr, forDuration string }
+	alerts := map[string]alert{}
+	for _, g := range pr.Spec.Groups {
+		for _, r := range g.Rules {
+			name := r.Alert + r.Record
+			checkAgainstScrape(t, "rule "+name, r.Expr, served)
+			if r.Alert == "" {
+				continue
+			}
+			if _, dup := alerts[r.Alert]; dup {
+				t.Errorf("alert %s defined twice", r.Alert)
+			}
+			alerts[r.Alert] = alert{r.Expr, r.For}
+			if r.For != "" {
+				if _, err := time.ParseDuration(r.For); err != nil {
+					t.Errorf("alert %s: for %q: %v", r.Alert, r.For, err)
+				}
+			}
+			if s := r.Labels["severity"]; s != "warning" && s != "critical" && s != "info" {
+				t.Errorf("alert %s: severity %q", r.Alert, s)
+			}
+			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+				t.Errorf("alert %s: needs summary and description annotations", r.Alert)
+			}
+		}
+	}
+	for name, want := range map[string]alert{
+		"SimpleWebAppReconcileErrors": {`rate(controller_runtime_reconcile_errors_total{controller="simplewebapp"}[5m])) > 0`, "10m"},
+		"SimpleWebAppRolledBack":      {`increase(simplewebapp_rollbacks_total[30m]) > 0`, ""},
+		"SimpleWebAppNotReady":        {`simplewebapp_ready == 0`, "15m"},
+		"SimpleWebAppStalled":         {`simplewebapp_stalled == 1`, "10m"},
+	} {
+		got, ok := alerts[name]
+		if !ok {
+			t.Errorf("no alert %s", name)
+			continue
+		}
+		if !strings.Contains(got.expr, want.expr) || got.forDuration != want.forDuration {
+			t.Errorf("alert %s: expr %q for %q, want an expr with %q for %q", name, got.expr, got.forDuration, want.expr, want.forDuration)
+		}
+	}
+	t.Logf("%s: %d alerts, every metric and label served: %v", prometheusRuleFile, len(alerts), sortedKeys(alerts))
+}
+
+// TestPrometheusConfig checks config/prometheus without an operator: it
+// builds with kustomize; the ServiceMonitor selects the metrics Service that
+// config/default installs, on its HTTPS port, with a bearer token; and the
+// binding for Prometheus refers to config/default's metrics-reader ClusterRole.
+func TestPrometheusConfig(t *testing.T) {
+	prom := kustomize(t, "config/prometheus")
+	kinds := map[string]int{}
+	for _, obj := range prom {
+		kinds[obj.kind()]++
+	}
+	for _, k := range []string{"ServiceMonitor", "PrometheusRule", "ClusterRoleBinding", "ConfigMap"} {
+		if kinds[k] != 1 {
+			t.Errorf("kubectl kustomize config/prometheus: %d %s, want 1 (kinds: %v)", kinds[k], k, kinds)
+		}
+	}
+	want, err := os.ReadFile(filepath.Join(env.root, dashboardFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cm corev1.ConfigMap
+	prom.one(t, "ConfigMap", &cm)
+	if cm.Data["dashboard.json"] != string(want) || cm.Labels["grafana_dashboard"] != "1" {
+		t.Errorf("ConfigMap %s does not hold %s with label grafana_dashboard=1", cm.Name, dashboardFile)
+	}
+
+	// What config/default installs: the metrics Service (the one with an
+	// "https" port) and the metrics-reader ClusterRole.
+	def := kustomize(t, "config/default")
+	var svc *corev1.Service
+	var readerRole string
+	for _, obj := range def {
+		switch obj.kind() {
+		case "Service":
+			var s corev1.Service
+			obj.into(t, &s)
+			if slices.ContainsFunc(s.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "https" }) {
+				svc = &s
+			}
+		case "ClusterRole":
+			var r rbacv1.ClusterRole
+			obj.into(t, &r)
+			for _, rule := range r.Rules {
+				if slices.Contains(rule.NonResourceURLs, "/metrics") && slices.Contains(rule.Verbs, "get") {
+					readerRole = r.Name
+				}
+			}
+		}
+	}
+	if svc == nil || readerRole == "" {
+		t.Fatalf("kubectl kustomize config/default: no Service with an https port (%v) or no ClusterRole granting get /metrics (%q)", svc != nil, readerRole)
+	}
+
+	var sm struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+		Spec     struct {
+			Selector struct {
+				MatchLabels map[string]string `json:"matchLabels"`
+			} `json:"selector"`
+			Endpoints []struct {
+				Port            string `json:"port"`
+				Scheme          string `json:"scheme"`
+				Path            string `json:"path"`
+				HonorLabels     bool   `json:"honorLabels"`
+				BearerTokenFile string `json:"bearerTokenFile"`
+			} `json:"endpoints"`
+		} `json:"spec"`
+	}
+	prom.one(t, "ServiceMonitor", &sm)
+	if sm.Metadata.Namespace != svc.Namespace {
+		t.Errorf("the ServiceMonitor is in namespace %q, the Service %s in %q", sm.Metadata.Namespace, svc.Name, svc.Namespace)
+	}
+	if len(sm.Spec.Selector.MatchLabels) == 0 {
+		t.Error("the ServiceMonitor selects every Service")
+	}
+	for k, v := range sm.Spec.Selector.MatchLabels {
+		if svc.Labels[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%s; Service %s has labels %v", k, v, svc.Name, svc.Labels)
+		}
+	}
+	if len(sm.Spec.Endpoints) != 1 {
+		t.Fatalf("ServiceMonitor endpoints: %+v", sm.Spec.Endpoints)
+	}
+	ep := sm.Spec.Endpoints[0]
+	if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ep.Port }) {
+		t.Errorf("ServiceMonitor port %q is not a port of Service %s: %+v", ep.Port, svc.Name, svc.Spec.Ports)
+	}
+	if ep.Scheme != "https" || ep.Path != "/metrics" || ep.BearerTokenFile == "" || !ep.HonorLabels {
+		t.Errorf("ServiceMonitor endpoint %+v: want https, /metrics, a bearer token and honorLabels (the namespace label of simplewebapp_*)", ep)
+	}
+
+	var crb rbacv1.ClusterRoleBinding
+	prom.one(t, "ClusterRoleBinding", &crb)
+	if crb.RoleRef.Kind != "ClusterRole" || crb.RoleRef.Name != readerRole {
+		t.Errorf("ClusterRoleBinding %s refers to %s %s, want config/default's ClusterRole %s", crb.Name, crb.RoleRef.Kind, crb.RoleRef.Name, readerRole)
+	}
+	t.Logf("ServiceMonitor %s/%s selects Service %s port %s; %s binds %v to %s", sm.Metadata.Namespace, sm.Metadata.Name, svc.Name, ep.Port, crb.Name, crb.Subjects, readerRole)
+}
+
+// object is one object of a kustomize build.
+type object map[string]any
+
+func (o object) kind() string { k, _ := o["kind"].(string); return k }
+
+func (o object) into(t *testing.T, v any) {
+	t.Helper()
+	b, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", o.kind(), err)
+	}
+}
+
+type objects []object
+
+// one decodes the only object of kind into v.
+func (objs objects) one(t *testing.T, kind string, v any) {
+	t.Helper()
+	var found []object
+	for _, o := range objs {
+		if o.kind() == kind {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d objects of kind %s, want 1", len(found), kind)
+	}
+	found[0].into(t, v)
+}
+
+// kustomize builds dir with the cluster's kubectl.
+func kustomize(t *testing.T, dir string) objects {
+	t.Helper()
+	out, err := env.admin("kustomize", filepath.Join(env.root, dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs objects
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(out), 4096)
+	for {
+		var obj object
+		if err := dec.Decode(&obj); err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			t.Fatalf("kubectl kustomize %s: %v", dir, err)
+		}
+		if obj != nil {
+			objs = append(objs, obj)
+		}
+	}
+	return objs
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
