@@ -19,8 +19,9 @@ help: ## Show the targets.
 ##@ Development
 
 .PHONY: manifests
-manifests: ## Generate the CRD and the RBAC role from the markers in api/ and controllers/.
+manifests: ## Generate the CRD and the RBAC role from the markers in api/ and controllers/ (and copy them into the Helm chart).
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	$(MAKE) --no-print-directory helm-sync
 
 .PHONY: generate
 generate: ## Generate the deepcopy methods of api/.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the local control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, kwok) from the pinned module sources in tests/tools/*
+# kube-scheduler, kubectl, kwok) and the helm CLI (tests/install, make
+# helm-template) from the pinned module sources in tests/tools/*
 # into a cache outside the clone, keyed by those pins. Prints the bin directory
 # as its last line. Only the Go module proxy is used.
 #
@@ -17,7 +18,8 @@ KWOK_VERSION=v0.8.0
 # go.sum pin all versions), the etcd main and this script (ldflags).
 key=$(cat "$tools_dir"/k8s/go.mod "$tools_dir"/k8s/go.sum "$tools_dir"/etcd/go.mod \
 	"$tools_dir"/etcd/go.sum "$tools_dir"/etcd/main.go "$tools_dir"/kwok/go.mod \
-	"$tools_dir"/kwok/go.sum "$tools_dir"/build.sh | sha256sum | cut -c1-12)
+	"$tools_dir"/kwok/go.sum "$tools_dir"/helm/go.mod "$tools_dir"/helm/go.sum \
+	"$tools_dir"/build.sh | sha256sum | cut -c1-12)
 cache_root=${SWA_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/simplewebapp-operator}
 bin_dir="$cache_root/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION-$key/bin"
 
@@ -80,5 +82,16 @@ build kube-apiserver kube-controller-manager kube-scheduler kubectl -- "$tools_d
 	k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
 	k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
 build kwok -- "$tools_dir/kwok" "-s -w" sigs.k8s.io/kwok/cmd/kwok
+# helm: the version and the default Kubernetes version of `helm template`
+# (Capabilities.KubeVersion) set as helm's own Makefile does: from the pins of
+# helm/go.mod (helm.sh/helm/v3, and k8s.io/client-go v0.N -> 1.N).
+mod_version() { awk -v m="$1" '$1 == m { print $2; exit }' "$tools_dir/helm/go.mod"; }
+helm_version=$(mod_version helm.sh/helm/v3)
+helm_k8s_minor=$(mod_version k8s.io/client-go | cut -d. -f2)
+helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+	helm_ldflags+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$helm_k8s_minor"
+done
+build helm -- "$tools_dir/helm" "$helm_ldflags" helm.sh/helm/v3/cmd/helm
 log "all binaries ready in $bin_dir"
 echo "$bin_dir"

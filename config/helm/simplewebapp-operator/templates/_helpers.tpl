@@ -1,0 +1,33 @@
+{{/*
+The prefix of every name: the release name (or fullnameOverride). With release
+name "simplewebapp" the names equal those of config/default
+(simplewebapp-controller-manager, simplewebapp-manager-role, ...).
+*/}}
+{{- define "swa.prefix" -}}
+{{- default .Release.Name .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "swa.serviceAccountName" -}}
+{{ include "swa.prefix" . }}-controller-manager
+{{- end -}}
+
+{{/* Selects the operator's pods; fixed for the life of a release. */}}
+{{- define "swa.selectorLabels" -}}
+app.kubernetes.io/name: simplewebapp-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+control-plane: controller-manager
+{{- end -}}
+
+{{- define "swa.labels" -}}
+{{ include "swa.selectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "swa.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ required "image.tag or image.digest is required" .Values.image.tag }}
+{{- end -}}
+{{- end -}}
