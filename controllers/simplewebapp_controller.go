@@ -117,6 +117,14 @@ func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.Si
 		}
 		o.heldBack = true
 	}
+	before := swa.DeepCopy()
+	if announceVersionChange(swa, rel) {
+		if err := r.Client.Status().Patch(ctx, swa, client.MergeFrom(before)); err != nil {
+			o.staleRead = apierrors.IsConflict(err)
+			o.failure = asStepError(err, ReasonApplyFailed)
+			return o
+		}
+	}
 	if !r.applyRelease(ctx, swa, rel, &o) {
 		return o
 	}

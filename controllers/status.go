@@ -107,6 +107,27 @@ func computeStatus(swa *webappv1.SimpleWebApp, o outcome) webappv1.SimpleWebAppS
 	return st
 }
 
+// announceVersionChange marks swa as not Ready before a new version is
+// applied. A channel can move a SimpleWebApp to another version without a new
+// generation, so without this its status would say Ready=True for the old
+// version, current by its observedGeneration, while the new one rolls out.
+// It reports whether it changed the status.
+func announceVersionChange(swa *webappv1.SimpleWebApp, rel Release) bool {
+	st := &swa.Status
+	if st.Version == "" || st.Version == rel.Version || !isTrue(swa, webappv1.ConditionReady) {
+		return false
+	}
+	msg := fmt.Sprintf("applying version %s (was %s)", rel.Version, st.Version)
+	for typ, status := range map[string]metav1.ConditionStatus{
+		webappv1.ConditionReady: metav1.ConditionFalse, webappv1.ConditionReconciling: metav1.ConditionTrue,
+	} {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type: typ, Status: status, Reason: ReasonProgressing, Message: msg, ObservedGeneration: swa.Generation,
+		})
+	}
+	return true
+}
+
 // rollout reads a Deployment the way `kubectl rollout status` does: done when
 // the controller has observed the latest spec and every desired pod is
 // updated and available, with no old pods left.

@@ -1,7 +1,9 @@
 // Package e2e runs the user's scenario end to end: the operator binary, started
 // as its own process and authenticated as its own ServiceAccount bound only to
 // the generated ClusterRole, against a full local cluster (etcd,
-// kube-apiserver, controller-manager, scheduler and kwok nodes).
+// kube-apiserver, controller-manager, scheduler and kwok nodes). The operator
+// also reads channels from a directory the tests write at run time
+// (upgrade_test.go: upgrades, rollbacks, pinning, malformed channels).
 package e2e
 
 import (
@@ -178,7 +180,31 @@ func run(m *testing.M) (code int) {
 		return 1
 	}
 	env = e
-	return m.Run()
+	code = m.Run()
+	if code != 0 {
+		keepOperatorLog(e.op)
+	}
+	return code
+}
+
+// keepOperatorLog copies the operator's log out of the run's temp dir, which
+// is removed at the end, so a failure can be looked at afterwards.
+func keepOperatorLog(op *operator) {
+	b, err := os.ReadFile(op.logPath)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "keeping the operator log:", err)
+		return
+	}
+	f, err := os.CreateTemp("", "swa-e2e-operator-*.log")
+	if err == nil {
+		_, err = f.Write(b)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "keeping the operator log:", err)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "the operator's log is kept in %s\n", f.Name())
 }
 
 // setUp starts the cluster, installs the CRD and the operator's RBAC, and
