@@ -45,22 +45,26 @@ func NewApplier(c client.Client, d dynamic.Interface, m meta.RESTMapper) *Applie
 // object gets a controller reference to swa, so deleting swa
 // garbage-collects it and changes to it wake the reconciler.
 //
-// Handoff fields are applied by HandoffManager: before the ApplySet for
-// objects that exist, so the field always has an owner while ManagerName lets
-// go of it, and after it for objects the ApplySet creates.
+// Handoff fields are applied by HandoffManager before the ApplySet, so the
+// field always has an owner while ManagerName lets go of it. An object that
+// does not exist yet is created by the ApplySet with its handoff fields (no
+// transient default, such as a Deployment starting with 1 pod), and
+// HandoffManager then takes co-ownership with the same values.
 func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rendered) error {
+	objs := r.Objects
 	var later []*unstructured.Unstructured
 	for _, h := range r.Handoffs {
 		err := a.applyHandoff(ctx, h)
 		if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) { // not created yet
 			later = append(later, h)
+			objs = withFields(objs, h)
 			continue
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if err := a.applySet(ctx, swa, r.Objects); err != nil {
+	if err := a.applySet(ctx, swa, objs); err != nil {
 		return err
 	}
 	for _, h := range later {
@@ -69,6 +73,33 @@ func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rend
 		}
 	}
 	return nil
+}
+
+// withFields returns objs with the object that partial names replaced by a
+// copy that also holds partial's fields.
+func withFields(objs []*unstructured.Unstructured, partial *unstructured.Unstructured) []*unstructured.Unstructured {
+	out := make([]*unstructured.Unstructured, len(objs))
+	copy(out, objs)
+	for i, o := range out {
+		if o.GetName() == partial.GetName() && o.GroupVersionKind() == partial.GroupVersionKind() {
+			merged := o.DeepCopy()
+			merge(merged.Object, partial.DeepCopy().Object)
+			out[i] = merged
+		}
+	}
+	return out
+}
+
+func merge(dst, src map[string]any) {
+	for k, v := range src {
+		if sm, ok := v.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				merge(dm, sm)
+				continue
+			}
+		}
+		dst[k] = v
+	}
 }
 
 func (a *Applier) applyHandoff(ctx context.Context, partial *unstructured.Unstructured) error {

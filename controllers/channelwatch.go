@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io/fs"
+	"maps"
 	"path"
 	"strings"
 	"time"
@@ -32,11 +33,13 @@ type ChannelWatcher struct {
 // NeedLeaderElection: only the leader reconciles, so only it needs to know.
 func (w *ChannelWatcher) NeedLeaderElection() bool { return true }
 
-// Start polls until ctx ends.
+// Start polls until ctx ends. Every change seen between two polls is
+// remembered until the content settles, even one that is undone before then
+// (A → B → A): a reconcile may have read B in between.
 func (w *ChannelWatcher) Start(ctx context.Context) error {
 	logger := log.FromContext(ctx).WithName("channel-watcher")
-	applied := fingerprint(w.Dir)
-	pending := applied
+	prev := fingerprint(w.Dir)
+	channels, versions := map[string]bool{}, map[string]bool{}
 	ticker := time.NewTicker(w.Interval)
 	defer ticker.Stop()
 	for {
@@ -46,19 +49,21 @@ func (w *ChannelWatcher) Start(ctx context.Context) error {
 		case <-ticker.C:
 		}
 		now := fingerprint(w.Dir)
-		if !sameFiles(now, pending) { // still changing: wait for it to settle
-			pending = now
+		if !sameFiles(now, prev) { // still changing: note what, wait for it to settle
+			c, v := changes(prev, now)
+			maps.Copy(channels, c)
+			maps.Copy(versions, v)
+			prev = now
 			continue
 		}
-		if sameFiles(now, applied) {
+		if len(channels) == 0 && len(versions) == 0 {
 			continue
 		}
-		channels, versions := changes(applied, now)
-		applied = now
 		logger.Info("channels directory changed", "channels", keys(channels), "versions", keys(versions))
 		if err := w.wake(ctx, channels, versions); err != nil {
 			logger.Error(err, "waking SimpleWebApps after a channel change")
 		}
+		channels, versions = map[string]bool{}, map[string]bool{}
 	}
 }
 

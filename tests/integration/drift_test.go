@@ -7,6 +7,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 )
 
@@ -33,8 +34,14 @@ func TestDriftIsCorrected(t *testing.T) {
 	})
 
 	// Someone scales the Deployment by hand (another field manager).
-	d.Spec.Replicas = ptr.To[int32](7)
-	if err := k8s.Update(context.Background(), d); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := get(t, ns, "drift-web", d); err != nil {
+			return err
+		}
+		d.Spec.Replicas = ptr.To[int32](7)
+		return k8s.Update(context.Background(), d)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	deployment(t, ns, "drift", "hand-edited replicas put back to 3", func(d *appsv1.Deployment) (bool, string) {

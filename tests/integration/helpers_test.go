@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -140,13 +141,20 @@ func waitCondition(t *testing.T, ns, name, typ string, status metav1.ConditionSt
 
 // markRolledOut plays the Deployment controller (absent in envtest): it
 // reports every desired pod of the current generation updated and ready.
+// It re-reads the Deployment on conflict: the operator may write it meanwhile.
 func markRolledOut(t *testing.T, d *appsv1.Deployment) {
 	t.Helper()
-	n := *d.Spec.Replicas
-	d.Status = appsv1.DeploymentStatus{
-		ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
-	}
-	if err := k8s.Status().Update(context.Background(), d); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := get(t, d.Namespace, d.Name, d); err != nil {
+			return err
+		}
+		n := *d.Spec.Replicas
+		d.Status = appsv1.DeploymentStatus{
+			ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
+		}
+		return k8s.Status().Update(context.Background(), d)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
