@@ -134,7 +134,7 @@ func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
-	ports, err := freePorts(6)
+	ports, err := FreePorts(6)
 	if err != nil {
 		return nil, err
 	}
@@ -419,9 +419,9 @@ func writeKubeconfig(path, server string, ca, client *keyPair) error {
 	return clientcmd.WriteToFile(*cfg, path)
 }
 
-// freePorts reserves n distinct free loopback TCP ports. All listeners are
+// FreePorts reserves n distinct free loopback TCP ports. All listeners are
 // held until every port is chosen, so no port is handed out twice.
-func freePorts(n int) ([]int, error) {
+func FreePorts(n int) ([]int, error) {
 	var ports []int
 	var ls []net.Listener
 	defer func() {

@@ -127,37 +127,16 @@ func describeChannels() string {
 func diagFor(ns string) func() string {
 	return func() string {
 		return describeNamespace(ns) +
-			fmt.Sprintf("--- operator log lines mentioning %s ---\n%s\n", ns, env.op.logLinesWith(`"`+ns+`"`, 30)) +
+			fmt.Sprintf("--- operator log lines mentioning %s ---\n%s\n", ns, env.op.LogLinesWith(`"`+ns+`"`, 30)) +
 			describeChannels()
 	}
-}
-
-// logLinesWith is the last n lines of the operator's log containing s.
-func (op *operator) logLinesWith(s string, n int) string {
-	b, err := os.ReadFile(op.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	var lines []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.Contains(l, s) {
-			if len(l) > maxLogLine {
-				l = fmt.Sprintf("%s ...[%d more bytes, see the log file]", l[:maxLogLine], len(l)-maxLogLine)
-			}
-			lines = append(lines, l)
-		}
-	}
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // createApp creates the SimpleWebApp name in ns with spec.
 func createApp(t *testing.T, ctx context.Context, ns, name string, spec webappv1.SimpleWebAppSpec) {
 	t.Helper()
 	swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}
-	if err := env.c.Create(ctx, swa); err != nil {
+	if err := env.C.Create(ctx, swa); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -166,7 +145,7 @@ func createApp(t *testing.T, ctx context.Context, ns, name string, spec webappv1
 func patchApp(t *testing.T, ctx context.Context, ns, name, patch string) {
 	t.Helper()
 	swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	if err := env.c.Patch(ctx, swa, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
+	if err := env.C.Patch(ctx, swa, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil {
 		t.Fatalf("merge patch %s on %s/%s: %v", patch, ns, name, err)
 	}
 }
@@ -177,7 +156,7 @@ func patchApp(t *testing.T, ctx context.Context, ns, name, patch string) {
 func pokeDeployment(ctx context.Context, ns, name string, n int) error {
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	patch := fmt.Sprintf(`{"metadata":{"labels":{"e2e.simplewebapp.example.com/poke":"%d"}}}`, n)
-	return env.c.Patch(ctx, d, client.RawPatch(types.MergePatchType, []byte(patch)))
+	return env.C.Patch(ctx, d, client.RawPatch(types.MergePatchType, []byte(patch)))
 }
 
 // waitSettled waits until the SimpleWebApp name (Deployment name-web) in ns
@@ -211,7 +190,7 @@ func condition(swa *webappv1.SimpleWebApp, typ string) metav1.Condition {
 // also describes every operator event about the object.
 func operatorEvents(ctx context.Context, ns string, uid types.UID, typ, reason string) (int, string, error) {
 	var list eventsv1.EventList
-	if err := env.c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+	if err := env.C.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return 0, "", err
 	}
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].CreationTimestamp.Before(&list.Items[j].CreationTimestamp) })
@@ -261,8 +240,8 @@ func holdsFor(t *testing.T, d, every time.Duration, what string, diag func() str
 	polls := 0
 	var broken string
 	err := wait.PollUntilContextTimeout(t.Context(), every, d, true, func(context.Context) (bool, error) {
-		if env.op.hasExited() {
-			return false, fmt.Errorf("the operator exited: %v", env.op.waitErr)
+		if exited, err := env.op.Exited(); exited {
+			return false, fmt.Errorf("the operator exited: %v", err)
 		}
 		// Not the poll's context: its deadline, the end of the window, is no
 		// reason for a read to fail.
@@ -276,7 +255,7 @@ func holdsFor(t *testing.T, d, every time.Duration, what string, diag func() str
 	})
 	if broken != "" {
 		t.Fatalf("after %s (poll %d), no longer %s:\n%s\n--- operator log tail (%s) ---\n%s\n%s",
-			time.Since(start).Round(time.Millisecond), polls+1, what, broken, env.op.logPath, env.op.logTail(40), diag())
+			time.Since(start).Round(time.Millisecond), polls+1, what, broken, env.op.LogPath(), env.op.LogTail(40), diag())
 	}
 	if !wait.Interrupted(err) {
 		t.Fatalf("checking %s: %v", what, err)
@@ -342,9 +321,9 @@ func (h *readyHonesty) sample(ctx context.Context) {
 	h.samples++
 	var d1, d2 appsv1.Deployment
 	var swa webappv1.SimpleWebApp
-	if env.c.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: h.dep}, &d1) != nil ||
-		env.c.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: h.name}, &swa) != nil ||
-		env.c.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: h.dep}, &d2) != nil {
+	if env.C.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: h.dep}, &d1) != nil ||
+		env.C.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: h.name}, &swa) != nil ||
+		env.C.Get(ctx, client.ObjectKey{Namespace: h.ns, Name: h.dep}, &d2) != nil {
 		h.readErrors++
 		return
 	}

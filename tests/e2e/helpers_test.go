@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"sort"
 	"strings"
 	"testing"
@@ -15,63 +12,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/operatortest"
 )
-
-// kubectl runs the cluster's kubectl as the user of kubeconfig. It returns
-// stdout, and on failure an error with the command, stdout and stderr.
-func (e *testEnv) kubectl(kubeconfig string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, e.kubectlBin, append([]string{"--kubeconfig=" + kubeconfig}, args...)...)
-	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+e.kubectlCache)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-	}
-	return stdout.String(), nil
-}
-
-// admin runs kubectl as cluster admin.
-func (e *testEnv) admin(args ...string) (string, error) {
-	return e.kubectl(e.cluster.Kubeconfig, args...)
-}
-
-// canI asks `kubectl auth can-i` as the user of kubeconfig: "yes" or "no".
-// kubectl exits 1 for "no", so only an answer other than yes/no is an error.
-func (e *testEnv) canI(kubeconfig string, args ...string) (string, error) {
-	out, err := e.kubectl(kubeconfig, append([]string{"auth", "can-i"}, args...)...)
-	answer := strings.TrimSpace(out)
-	if answer == "yes" || answer == "no" {
-		return answer, nil
-	}
-	return answer, err
-}
-
-// maxLogLine is how much of one log line logTail shows.
-const maxLogLine = 800
-
-// logTail is the last n lines of the operator's log, long lines cut.
-func (op *operator) logTail(n int) string {
-	b, err := os.ReadFile(op.logPath)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	for i, l := range lines {
-		if len(l) > maxLogLine { // a JSON line with a stack trace
-			lines[i] = fmt.Sprintf("%s ...[%d more bytes, see the log file]", l[:maxLogLine], len(l)-maxLogLine)
-		}
-	}
-	return strings.Join(lines, "\n")
-}
 
 // waitFor polls cond until it is done, for at most timeout, and returns how
 // long that took. cond reports what it sees; on timeout (or if the operator
@@ -79,21 +24,18 @@ func (op *operator) logTail(n int) string {
 // operator's log tail and the kubectl output of diag.
 func waitFor(t *testing.T, timeout time.Duration, what string, diag func() string, cond func(ctx context.Context) (done bool, seen string)) time.Duration {
 	t.Helper()
-	start := time.Now()
-	var seen string
-	err := wait.PollUntilContextTimeout(t.Context(), 100*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		if env.op.hasExited() {
-			return false, fmt.Errorf("the operator exited: %v", env.op.waitErr)
+	took, seen, err := operatortest.Poll(t.Context(), 100*time.Millisecond, timeout, func(ctx context.Context) (bool, string, error) {
+		if exited, err := env.op.Exited(); exited {
+			return false, "", fmt.Errorf("the operator exited: %v", err)
 		}
-		var done bool
-		done, seen = cond(ctx)
-		return done, nil
+		done, seen := cond(ctx)
+		return done, seen, nil
 	})
 	if err != nil {
 		t.Fatalf("waiting %s for %s: %v\nlast seen: %s\n--- operator log tail (%s) ---\n%s\n%s",
-			time.Since(start).Round(time.Millisecond), what, err, seen, env.op.logPath, env.op.logTail(40), diag())
+			took.Round(time.Millisecond), what, err, seen, env.op.LogPath(), env.op.LogTail(40), diag())
 	}
-	return time.Since(start)
+	return took
 }
 
 // describeNamespace is the kubectl view of the app in ns, for failures.
@@ -104,7 +46,7 @@ func describeNamespace(ns string) string {
 		{"get", "simplewebapps", "-n", ns, "-o", "yaml"},
 		{"get", "events", "-n", ns},
 	} {
-		out, err := env.admin(args...)
+		out, err := env.Kubectl.Admin(args...)
 		fmt.Fprintf(&b, "--- kubectl %s ---\n%s", strings.Join(args, " "), out)
 		if err != nil {
 			fmt.Fprintf(&b, "%v\n", err)
@@ -126,10 +68,10 @@ type app struct {
 // Deployment's ReplicaSets and pods.
 func observe(ctx context.Context, ns, name, depName string) (*app, error) {
 	a := &app{}
-	if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &a.swa); err != nil {
+	if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &a.swa); err != nil {
 		return nil, err
 	}
-	if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: depName}, &a.dep); err != nil {
+	if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: depName}, &a.dep); err != nil {
 		return nil, err
 	}
 	sel, err := metav1.LabelSelectorAsSelector(a.dep.Spec.Selector)
@@ -137,7 +79,7 @@ func observe(ctx context.Context, ns, name, depName string) (*app, error) {
 		return nil, err
 	}
 	var rss appsv1.ReplicaSetList
-	if err := env.c.List(ctx, &rss, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := env.C.List(ctx, &rss, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, err
 	}
 	revision := a.dep.Annotations["deployment.kubernetes.io/revision"]
@@ -147,7 +89,7 @@ func observe(ctx context.Context, ns, name, depName string) (*app, error) {
 		}
 	}
 	var pods corev1.PodList
-	if err := env.c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+	if err := env.C.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, err
 	}
 	a.pods = pods.Items
@@ -261,7 +203,7 @@ func configMapsWith(ctx context.Context, ns string, spec corev1.PodSpec, text st
 			continue
 		}
 		var cm corev1.ConfigMap
-		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: v.ConfigMap.Name}, &cm); err != nil {
+		if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: v.ConfigMap.Name}, &cm); err != nil {
 			return nil, err
 		}
 		for _, val := range cm.Data {

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"example.com/simplewebapp-operator/tests/operatortest"
 )
 
 const (
@@ -31,7 +33,7 @@ func TestUserScenario(t *testing.T) {
 	ctx := t.Context()
 	ns := restrictedNamespace(t, ctx)
 	diag := func() string { return describeNamespace(ns) }
-	sample := func(name string) string { return filepath.Join(env.root, "config/samples", name) }
+	sample := func(name string) string { return filepath.Join(env.Root, "config/samples", name) }
 	state := func(ctx context.Context) (*app, string) {
 		a, err := observe(ctx, ns, appName, deployName)
 		if err != nil {
@@ -43,11 +45,11 @@ func TestUserScenario(t *testing.T) {
 
 	if !t.Run("a/create", func(t *testing.T) {
 		start := time.Now()
-		if _, err := env.admin("apply", "-n", ns, "-f", sample("my-webapp.yaml")); err != nil {
+		if _, err := env.Kubectl.Admin("apply", "-n", ns, "-f", sample("my-webapp.yaml")); err != nil {
 			t.Fatal(err)
 		}
-		if out, err := env.admin("wait", "--for=condition=Ready", "swa/"+appName, "-n", ns, "--timeout=60s"); err != nil {
-			t.Fatalf("%v\n--- operator log tail ---\n%s\n%s", err, env.op.logTail(40), diag())
+		if out, err := env.Kubectl.Admin("wait", "--for=condition=Ready", "swa/"+appName, "-n", ns, "--timeout=60s"); err != nil {
+			t.Fatalf("%v\n--- operator log tail ---\n%s\n%s", err, env.op.LogTail(40), diag())
 		} else {
 			t.Logf("kubectl wait --for=condition=Ready returned after %s: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(out))
 		}
@@ -84,7 +86,7 @@ func TestUserScenario(t *testing.T) {
 
 	if !t.Run("b/update", func(t *testing.T) {
 		start := time.Now()
-		if _, err := env.admin("apply", "-n", ns, "-f", sample("my-webapp-updated.yaml")); err != nil {
+		if _, err := env.Kubectl.Admin("apply", "-n", ns, "-f", sample("my-webapp-updated.yaml")); err != nil {
 			t.Fatal(err)
 		}
 		var updated *app
@@ -126,7 +128,7 @@ func TestUserScenario(t *testing.T) {
 		}
 		victims := podNames(before.readyPods)[:2]
 		start := time.Now()
-		if _, err := env.admin(append([]string{"delete", "pod", "-n", ns, "--wait=false"}, victims...)...); err != nil {
+		if _, err := env.Kubectl.Admin(append([]string{"delete", "pod", "-n", ns, "--wait=false"}, victims...)...); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, timeout, fmt.Sprintf("pods %v replaced, 5 Ready and status readyReplicas=5 with Ready=True", victims), diag,
@@ -150,7 +152,7 @@ func TestUserScenario(t *testing.T) {
 
 	t.Run("d/delete", func(t *testing.T) {
 		start := time.Now()
-		if _, err := env.admin("delete", "swa", appName, "-n", ns); err != nil {
+		if _, err := env.Kubectl.Admin("delete", "swa", appName, "-n", ns); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, timeout, "every child of "+appName+" garbage-collected", diag, func(ctx context.Context) (bool, string) {
@@ -167,8 +169,8 @@ func TestUserScenario(t *testing.T) {
 // TestOperatorLeastPrivilege asks the API server what the operator's token
 // may do: the operator's own resources, but no Secrets and no wildcard.
 func TestOperatorLeastPrivilege(t *testing.T) {
-	who, err := env.kubectl(env.op.kubeconfig, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
-	if want := "system:serviceaccount:" + operatorNamespace + ":" + operatorSA; err != nil || who != want {
+	who, err := env.Kubectl.Run(env.operatorID.Kubeconfig, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}")
+	if want := "system:serviceaccount:" + operatortest.Namespace + ":" + operatortest.ServiceAccount; err != nil || who != want {
 		t.Fatalf("operator kubeconfig authenticates as %q (err %v), want %q", who, err, want)
 	}
 	for _, c := range []struct {
@@ -178,13 +180,13 @@ func TestOperatorLeastPrivilege(t *testing.T) {
 		{[]string{"watch", "simplewebapps.example.com", "--all-namespaces"}, "yes"},
 		{[]string{"patch", "deployments.apps", "-n", "default"}, "yes"},
 		{[]string{"list", "secrets", "--all-namespaces"}, "no"},
-		{[]string{"get", "secrets", "-n", operatorNamespace}, "no"},
+		{[]string{"get", "secrets", "-n", operatortest.Namespace}, "no"},
 		{[]string{"*", "*"}, "no"},
 		{[]string{"*", "*", "--all-namespaces"}, "no"},
 		{[]string{"create", "pods", "-n", "default"}, "no"},
 		{[]string{"create", "clusterrolebindings"}, "no"},
 	} {
-		got, err := env.canI(env.op.kubeconfig, c.args...)
+		got, err := env.Kubectl.CanI(env.operatorID.Kubeconfig, c.args...)
 		if err != nil || got != c.want {
 			t.Errorf("kubectl auth can-i %s as the operator: %q (err %v), want %q", strings.Join(c.args, " "), got, err, c.want)
 		}
@@ -201,13 +203,13 @@ func restrictedNamespace(t *testing.T, ctx context.Context) string {
 		"pod-security.kubernetes.io/audit":   "restricted",
 		"pod-security.kubernetes.io/warn":    "restricted",
 	}}}
-	if err := env.c.Create(ctx, ns); err != nil {
+	if err := env.C.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.c.Delete(context.Background(), ns) })
+	t.Cleanup(func() { _ = env.C.Delete(context.Background(), ns) })
 	waitFor(t, 30*time.Second, "default ServiceAccount in "+ns.Name, func() string { return describeNamespace(ns.Name) },
 		func(ctx context.Context) (bool, string) {
-			err := env.c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "default"}, &corev1.ServiceAccount{})
+			err := env.C.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "default"}, &corev1.ServiceAccount{})
 			return err == nil, fmt.Sprint(err)
 		})
 	return ns.Name
@@ -259,7 +261,7 @@ func children(ctx context.Context, ns string) (map[string][]metav1.Object, error
 	}
 	objs := map[string][]metav1.Object{}
 	for kind, l := range lists {
-		if err := env.c.List(ctx, l, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/instance": appName}); err != nil {
+		if err := env.C.List(ctx, l, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/instance": appName}); err != nil {
 			return nil, err
 		}
 		items, err := apimeta.ExtractList(l)
@@ -294,7 +296,7 @@ func names(objs map[string][]metav1.Object) string {
 // appliedEvent looks, through `kubectl get events`, for an event with reason
 // Applied reported by the operator about the SimpleWebApp with uid.
 func appliedEvent(ns string, uid types.UID) (bool, string) {
-	out, err := env.admin("get", "events", "-n", ns, "-o", "json")
+	out, err := env.Kubectl.Admin("get", "events", "-n", ns, "-o", "json")
 	if err != nil {
 		return false, err.Error()
 	}

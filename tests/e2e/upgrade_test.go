@@ -62,7 +62,7 @@ func TestChannelUpgrade(t *testing.T) {
 	writeChannel(t, channel, "1.0.0", "1.1.0")
 	pickup := waitFor(t, 30*time.Second, "status.version 1.1.0: the channel change picked up and applied", diag, func(ctx context.Context) (bool, string) {
 		var swa webappv1.SimpleWebApp
-		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
+		if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 			return false, err.Error()
 		}
 		return swa.Status.Version == "1.1.0", fmt.Sprintf("status.version %q, upgrade %+v", swa.Status.Version, swa.Status.Upgrade)
@@ -146,7 +146,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 	pickup := waitFor(t, 30*time.Second, "status.version "+brokenVersion+" and status.upgrade from 1.0.0 to "+brokenVersion, diag,
 		func(ctx context.Context) (bool, string) {
 			var swa webappv1.SimpleWebApp
-			if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
+			if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 				return false, err.Error()
 			}
 			st := swa.Status
@@ -165,7 +165,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 	waitEvents(t, ns, uid, corev1.EventTypeNormal, "Upgrading", 1, diag)
 	waitFor(t, 30*time.Second, "a pod of "+brokenVersion+" (label "+neverReadyLabel+") Running and not Ready", diag, func(ctx context.Context) (bool, string) {
 		var pods corev1.PodList
-		if err := env.c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{neverReadyLabel: "true"}); err != nil {
+		if err := env.C.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{neverReadyLabel: "true"}); err != nil {
 			return false, err.Error()
 		}
 		var seen []string
@@ -181,7 +181,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 	var rolledBack webappv1.SimpleWebApp
 	waitFor(t, upgradeTimeout+30*time.Second, "the operator rolling back by itself: status.version 1.0.0, failedUpgrade.version "+brokenVersion+
 		", Ready=False and Stalled=True with reason RolledBack", diag, func(ctx context.Context) (bool, string) {
-		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &rolledBack); err != nil {
+		if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &rolledBack); err != nil {
 			return false, err.Error()
 		}
 		st := rolledBack.Status
@@ -234,7 +234,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 	// Deployment makes it reconcile).
 	t.Run("not-retried", func(t *testing.T) {
 		var base appsv1.Deployment
-		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: dep}, &base); err != nil {
+		if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: dep}, &base); err != nil {
 			t.Fatal(err)
 		}
 		upgrading, seen, err := operatorEvents(ctx, ns, uid, corev1.EventTypeNormal, "Upgrading")
@@ -284,7 +284,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 		patchApp(t, ctx, ns, name, `{"spec":{"message":"Try 1.2.0 again"}}`)
 		var swa webappv1.SimpleWebApp
 		retry := waitFor(t, 30*time.Second, "status.upgrade from 1.0.0 to "+brokenVersion+" for the new generation", diag, func(ctx context.Context) (bool, string) {
-			if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
+			if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 				return false, err.Error()
 			}
 			st := swa.Status
@@ -366,8 +366,8 @@ func (s *servingProbe) sample(ctx context.Context) {
 	s.samples++
 	var pods corev1.PodList
 	var rs appsv1.ReplicaSet
-	if env.c.List(ctx, &pods, client.InNamespace(s.ns), client.MatchingLabelsSelector{Selector: s.selector}) != nil ||
-		env.c.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.goodRS}, &rs) != nil {
+	if env.C.List(ctx, &pods, client.InNamespace(s.ns), client.MatchingLabelsSelector{Selector: s.selector}) != nil ||
+		env.C.Get(ctx, client.ObjectKey{Namespace: s.ns, Name: s.goodRS}, &rs) != nil {
 		s.errs++
 		return
 	}
@@ -522,7 +522,7 @@ func TestMalformedChannelFile(t *testing.T) {
 			writeChannelsFile(t, channel, bad.content)
 			stalled := waitFor(t, 30*time.Second, "Stalled=True and Ready=False with reason ChannelInvalid", diag, func(ctx context.Context) (bool, string) {
 				var swa webappv1.SimpleWebApp
-				if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
+				if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 					return false, err.Error()
 				}
 				s, r := condition(&swa, webappv1.ConditionStalled), condition(&swa, webappv1.ConditionReady)
@@ -535,7 +535,7 @@ func TestMalformedChannelFile(t *testing.T) {
 			polls := holdsFor(t, 4*channelsPollInterval, channelsPollInterval/2, "the app stalled on 1.0.0 with its objects untouched", diag,
 				func(ctx context.Context) (bool, string) {
 					var swa webappv1.SimpleWebApp
-					if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
+					if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 						return false, err.Error()
 					}
 					s := condition(&swa, webappv1.ConditionStalled)
@@ -552,7 +552,7 @@ func TestMalformedChannelFile(t *testing.T) {
 			t.Logf("fixed channel file: Ready again %s after it was written (%s since the bad file)",
 				time.Since(fixed).Round(time.Millisecond), time.Since(written).Round(time.Millisecond))
 			var swa webappv1.SimpleWebApp
-			if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
+			if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 				t.Fatal(err)
 			}
 			if s := condition(&swa, webappv1.ConditionStalled); s.Status != metav1.ConditionFalse {
@@ -580,18 +580,18 @@ func resourceVersions(t *testing.T, ctx context.Context, ns, name string) map[st
 
 func inventoryVersions(ctx context.Context, ns, name string) (map[string]string, error) {
 	var swa webappv1.SimpleWebApp
-	if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
+	if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 		return nil, err
 	}
 	rvs := map[string]string{}
 	for _, ref := range swa.Status.Inventory {
-		mapping, err := env.c.RESTMapper().RESTMapping(schema.GroupKind{Group: ref.Group, Kind: ref.Kind})
+		mapping, err := env.C.RESTMapper().RESTMapping(schema.GroupKind{Group: ref.Group, Kind: ref.Kind})
 		if err != nil {
 			return nil, fmt.Errorf("status.inventory %+v: %w", ref, err)
 		}
 		obj := &unstructured.Unstructured{}
 		obj.SetGroupVersionKind(mapping.GroupVersionKind)
-		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, obj); err != nil {
+		if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: ref.Name}, obj); err != nil {
 			return nil, err
 		}
 		rvs[ref.Kind+"/"+ref.Name] = fmt.Sprintf("resourceVersion %s generation %d", obj.GetResourceVersion(), obj.GetGeneration())
@@ -623,5 +623,5 @@ func sameResourceVersions(ctx context.Context, ns, name string, want map[string]
 
 func getPDB(ctx context.Context, ns, name string) (*policyv1.PodDisruptionBudget, error) {
 	pdb := &policyv1.PodDisruptionBudget{}
-	return pdb, env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pdb)
+	return pdb, env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pdb)
 }

@@ -2,22 +2,16 @@ package operations
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -31,45 +25,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/operatortest"
 )
 
-// kubectl runs the cluster's kubectl as the user of kubeconfig.
-func (e *testEnv) kubectl(kubeconfig string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, e.kubectlBin, append([]string{"--kubeconfig=" + kubeconfig}, args...)...)
-	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+e.kubectlCache)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-	}
-	return stdout.String(), nil
-}
-
-func (e *testEnv) admin(args ...string) (string, error) {
-	return e.kubectl(e.cluster.Kubeconfig, args...)
-}
-
-// canI is `kubectl auth can-i` as the user of kubeconfig: "yes" or "no".
-func (e *testEnv) canI(kubeconfig string, args ...string) (string, error) {
-	out, err := e.kubectl(kubeconfig, append([]string{"auth", "can-i"}, args...)...)
-	answer := strings.TrimSpace(out)
-	if answer == "yes" || answer == "no" {
-		return answer, nil
-	}
-	return answer, err
-}
-
-// operator is one running operator process.
+// operator is one running operator process and where it serves metrics.
 type operator struct {
-	name        string
-	logPath     string
-	probeAddr   string // /healthz, /readyz (HTTP)
+	*operatortest.Operator
 	metricsAddr string // /metrics (HTTPS, API server authn/authz)
-	cmd         *exec.Cmd
-	exited      chan struct{}
-	waitErr     error // valid once exited is closed
 }
 
 // startOperator starts the operator binary as the operator's ServiceAccount,
@@ -79,88 +42,45 @@ type operator struct {
 // ends if it still runs, and dies with the test binary (Pdeathsig).
 func startOperator(t *testing.T, name string, args ...string) *operator {
 	t.Helper()
-	ports, err := freePorts(2)
+	ports, err := cluster.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	op := &operator{
-		name:        name,
-		logPath:     filepath.Join(t.TempDir(), name+".log"),
-		probeAddr:   fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		metricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[1]),
-		exited:      make(chan struct{}),
-	}
-	logf, err := os.Create(op.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	op.cmd = exec.Command(env.bin, append([]string{
-		"--kubeconfig=" + env.opKubeconfig,
-		"--health-probe-bind-address=" + op.probeAddr,
-		"--metrics-bind-address=" + op.metricsAddr,
-		"--metrics-cert-dir=" + env.metricsCertDir,
-		"--zap-log-level=5",
-	}, args...)...)
-	op.cmd.Stdout, op.cmd.Stderr = logf, logf
-	// Out of cluster even when the tests run in a pod: the in-cluster check
-	// (and so the default of --leader-elect) starts with these variables.
-	op.cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "KUBERNETES_SERVICE_HOST=") || strings.HasPrefix(kv, "KUBERNETES_SERVICE_PORT=")
+	op := &operator{metricsAddr: fmt.Sprintf("127.0.0.1:%d", ports[1])}
+	op.Operator, err = operatortest.Start(operatortest.Config{
+		Name:       name,
+		Bin:        env.bin,
+		Kubeconfig: env.operatorID.Kubeconfig,
+		ProbeAddr:  fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		Args: append([]string{
+			"--metrics-bind-address=" + op.metricsAddr,
+			"--metrics-cert-dir=" + env.metricsCertDir,
+			"--zap-log-level=5",
+		}, args...),
+		LogPath: filepath.Join(t.TempDir(), name+".log"),
+		// Out of cluster even when the tests run in a pod: the in-cluster check
+		// (and so the default of --leader-elect) starts with these variables.
+		OutOfCluster: true,
 	})
-	op.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := op.cmd.Start(); err != nil {
-		t.Fatalf("starting operator %s: %v", name, err)
+	if err != nil {
+		t.Fatal(err)
 	}
-	go func() {
-		op.waitErr = op.cmd.Wait()
-		close(op.exited)
-	}()
 	t.Cleanup(func() {
-		op.kill()
+		op.Kill()
 		if t.Failed() {
-			t.Logf("--- operator %s log tail (%s) ---\n%s", op.name, op.logPath, op.logTail(40))
+			t.Logf("--- operator %s log tail (%s) ---\n%s", op.Name(), op.LogPath(), op.LogTail(40))
 		}
 	})
-	t.Logf("started operator %s (pid %d): %s", name, op.cmd.Process.Pid, strings.Join(op.cmd.Args[1:], " "))
+	t.Logf("started operator %s (pid %d): %s", name, op.Pid(), strings.Join(op.Args(), " "))
 	return op
-}
-
-func (op *operator) hasExited() bool {
-	select {
-	case <-op.exited:
-		return true
-	default:
-		return false
-	}
-}
-
-// kill SIGKILLs the operator (no chance to release its Lease) and reaps it.
-func (op *operator) kill() {
-	if !op.hasExited() {
-		_ = op.cmd.Process.Kill()
-	}
-	select {
-	case <-op.exited:
-	case <-time.After(10 * time.Second):
-		fmt.Fprintf(os.Stderr, "operator %s (pid %d) did not exit after SIGKILL\n", op.name, op.cmd.Process.Pid)
-	}
 }
 
 // terminate sends SIGTERM, as the kubelet does on a rollout, and waits for a
 // clean exit.
 func (op *operator) terminate(t *testing.T) {
 	t.Helper()
-	if err := op.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM to operator %s: %v", op.name, err)
-	}
-	select {
-	case <-op.exited:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("operator %s did not exit within 60s of SIGTERM\n%s", op.name, op.logTail(30))
-	}
-	if op.waitErr != nil {
-		t.Fatalf("operator %s exited after SIGTERM with %v\n%s", op.name, op.waitErr, op.logTail(30))
+	if err := op.Stop(60 * time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, op.LogTail(30))
 	}
 }
 
@@ -168,39 +88,9 @@ func (op *operator) terminate(t *testing.T) {
 // leadership).
 func (op *operator) waitReady(t *testing.T) {
 	t.Helper()
-	url := "http://" + op.probeAddr + "/readyz"
-	hc := &http.Client{Timeout: 2 * time.Second}
-	waitFor(t, 2*time.Minute, "operator "+op.name+" "+url, func(context.Context) (bool, string) {
-		if op.hasExited() {
-			t.Fatalf("operator %s exited: %v\n%s", op.name, op.waitErr, op.logTail(40))
-		}
-		resp, err := hc.Get(url)
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status
-	})
-}
-
-const maxLogLine = 800
-
-// logTail is the last n lines of the operator's log, long lines cut.
-func (op *operator) logTail(n int) string {
-	b, err := os.ReadFile(op.logPath)
-	if err != nil {
-		return err.Error()
+	if err := op.WaitReady(t.Context(), 2*time.Minute); err != nil {
+		t.Fatalf("%v\n%s", err, op.LogTail(40))
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	for i, l := range lines {
-		if len(l) > maxLogLine {
-			lines[i] = fmt.Sprintf("%s ...[%d more bytes]", l[:maxLogLine], len(l)-maxLogLine)
-		}
-	}
-	return strings.Join(lines, "\n")
 }
 
 // logLine is one line of the operator's log: the raw text and, when it is a
@@ -221,7 +111,7 @@ func (l logLine) msg() string { return l.str("msg") }
 // lines reads the operator's whole log.
 func (op *operator) lines(t *testing.T) []logLine {
 	t.Helper()
-	f, err := os.Open(op.logPath)
+	f, err := os.Open(op.LogPath())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +180,7 @@ func (op *operator) scrape(token string) (int, string, error) {
 
 // metrics scrapes with the scraper's token and parses the text exposition.
 func (op *operator) metrics() (samples, error) {
-	code, body, err := op.scrape(env.scraperToken)
+	code, body, err := op.scrape(env.scraper.Token)
 	if err != nil {
 		return nil, err
 	}
@@ -423,17 +313,14 @@ func (ss samples) names() map[string]map[string]bool {
 // for and the last thing cond saw.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (done bool, seen string)) time.Duration {
 	t.Helper()
-	start := time.Now()
-	var seen string
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		var done bool
-		done, seen = cond(ctx)
-		return done, nil
+	took, seen, err := operatortest.Poll(t.Context(), 50*time.Millisecond, timeout, func(ctx context.Context) (bool, string, error) {
+		done, seen := cond(ctx)
+		return done, seen, nil
 	})
 	if err != nil {
-		t.Fatalf("waiting %s for %s: %v\nlast seen: %s", time.Since(start).Round(time.Millisecond), what, err, seen)
+		t.Fatalf("waiting %s for %s: %v\nlast seen: %s", took.Round(time.Millisecond), what, err, seen)
 	}
-	return time.Since(start)
+	return took
 }
 
 // newNamespace creates a namespace for one test's SimpleWebApps and deletes
@@ -442,10 +329,10 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx con
 func newNamespace(t *testing.T, name string) string {
 	t.Helper()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := env.c.Create(t.Context(), ns); err != nil {
+	if err := env.C.Create(t.Context(), ns); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = env.c.Delete(context.Background(), ns) })
+	t.Cleanup(func() { _ = env.C.Delete(context.Background(), ns) })
 	return name
 }
 
@@ -463,11 +350,11 @@ func updateApp(t *testing.T, ns, name string, mutate func(*webappv1.SimpleWebApp
 	var gen int64
 	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		swa := &webappv1.SimpleWebApp{}
-		if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swa); err != nil {
+		if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swa); err != nil {
 			return false, err
 		}
 		mutate(swa)
-		if err := env.c.Update(ctx, swa); err != nil {
+		if err := env.C.Update(ctx, swa); err != nil {
 			return false, nil // conflict with the operator's status/label writes
 		}
 		gen = swa.Generation
@@ -483,7 +370,7 @@ func updateApp(t *testing.T, ns, name string, mutate func(*webappv1.SimpleWebApp
 // current one) was applied as version (any if "") and is Ready.
 func appState(ctx context.Context, ns, name string, gen int64, version string) (bool, string) {
 	swa := &webappv1.SimpleWebApp{}
-	if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swa); err != nil {
+	if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swa); err != nil {
 		return false, err.Error()
 	}
 	if gen == 0 {
@@ -506,7 +393,7 @@ func waitAppReady(t *testing.T, ns, name string, gen int64, version string) time
 // deploymentReplicas is spec.replicas of the app's Deployment (<name>-web).
 func deploymentReplicas(ctx context.Context, ns, name string) (int32, error) {
 	d := &appsv1.Deployment{}
-	if err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-web"}, d); err != nil {
+	if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-web"}, d); err != nil {
 		return 0, err
 	}
 	if d.Spec.Replicas == nil {
@@ -518,7 +405,7 @@ func deploymentReplicas(ctx context.Context, ns, name string) (int32, error) {
 // lease reads the operator's leader election Lease.
 func lease(ctx context.Context) (*coordinationv1.Lease, error) {
 	l := &coordinationv1.Lease{}
-	err := env.c.Get(ctx, client.ObjectKey{Namespace: operatorNamespace, Name: leaseName}, l)
+	err := env.C.Get(ctx, client.ObjectKey{Namespace: operatortest.Namespace, Name: leaseName}, l)
 	return l, err
 }
 
@@ -527,27 +414,4 @@ func holder(l *coordinationv1.Lease) string {
 		return ""
 	}
 	return *l.Spec.HolderIdentity
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		addr, ok := l.Addr().(*net.TCPAddr)
-		if !ok {
-			return nil, errors.New("not a TCP address")
-		}
-		ports = append(ports, addr.Port)
-	}
-	return ports, nil
 }

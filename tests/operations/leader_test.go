@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/operatortest"
 )
 
 // leaseSettings are the operator's Lease timings for one run of the failover
@@ -41,7 +42,7 @@ func TestLeaderElection(t *testing.T) {
 
 func failover(t *testing.T, s leaseSettings) {
 	ns := newNamespace(t, "ops-leader-"+s.name)
-	args := append([]string{"--leader-elect=true", "--leader-election-namespace=" + operatorNamespace}, s.flags...)
+	args := append([]string{"--leader-elect=true", "--leader-election-namespace=" + operatortest.Namespace}, s.flags...)
 	ops := []*operator{startOperator(t, s.name+"-a", args...), startOperator(t, s.name+"-b", args...)}
 	for _, op := range ops {
 		op.waitReady(t)
@@ -79,26 +80,26 @@ func failover(t *testing.T, s leaseSettings) {
 		}
 		return true, ""
 	})
-	t.Logf("leader: %s (Lease holder %s), follower: %s", leader.name, holder1, follower.name)
+	t.Logf("leader: %s (Lease holder %s), follower: %s", leader.Name(), holder1, follower.Name())
 	waitLeaderGauge(t, leader, 1)
 	waitLeaderGauge(t, follower, 0)
 
 	// Only the leader reconciles.
 	app := newApp(ns, "web", 1, "")
-	if err := env.c.Create(t.Context(), app); err != nil {
+	if err := env.C.Create(t.Context(), app); err != nil {
 		t.Fatal(err)
 	}
 	waitAppReady(t, ns, app.Name, 1, "")
 	if firstLine(leader.lines(t), isReconcileOf(ns, app.Name)) == 0 {
-		t.Errorf("the leader %s logged no reconcile of %s/%s", leader.name, ns, app.Name)
+		t.Errorf("the leader %s logged no reconcile of %s/%s", leader.Name(), ns, app.Name)
 	}
 	if n := firstLine(follower.lines(t), isReconcile); n > 0 {
-		t.Errorf("the follower %s reconciled (log line %d) while %s led", follower.name, n, leader.name)
+		t.Errorf("the follower %s reconciled (log line %d) while %s led", follower.Name(), n, leader.Name())
 	}
 
 	// The leader crashes: the Lease is not released, so the follower waits
 	// until it expires. A change made meanwhile is reconciled after takeover.
-	leader.kill()
+	leader.Kill()
 	killed := time.Now()
 	gen := updateApp(t, ns, app.Name, func(swa *webappv1.SimpleWebApp) { swa.Spec.Replicas = ptr.To[int32](2) })
 	var toHolder, toApplied time.Duration
@@ -119,13 +120,13 @@ func failover(t *testing.T, s leaseSettings) {
 	})
 	acquiredAt := firstLine(follower.lines(t), isAcquired)
 	if acquiredAt == 0 {
-		t.Fatalf("%s holds the Lease but %s did not log %q", holder2, follower.name, "Successfully acquired lease")
+		t.Fatalf("%s holds the Lease but %s did not log %q", holder2, follower.Name(), "Successfully acquired lease")
 	}
 	if n := firstLine(follower.lines(t), isReconcile); n < acquiredAt {
-		t.Errorf("%s reconciled at log line %d, before it acquired the Lease at line %d", follower.name, n, acquiredAt)
+		t.Errorf("%s reconciled at log line %d, before it acquired the Lease at line %d", follower.Name(), n, acquiredAt)
 	}
 	if firstLine(follower.lines(t), isReconcileOf(ns, app.Name)) == 0 {
-		t.Errorf("%s applied the change but logged no reconcile of %s/%s", follower.name, ns, app.Name)
+		t.Errorf("%s applied the change but logged no reconcile of %s/%s", follower.Name(), ns, app.Name)
 	}
 	waitLeaderGauge(t, follower, 1)
 
@@ -149,15 +150,15 @@ func failover(t *testing.T, s leaseSettings) {
 	survivor := follower
 	candidate := startOperator(t, s.name+"-c", args...)
 	candidate.waitReady(t)
-	waitFor(t, time.Minute, candidate.name+" to try to acquire the Lease", func(context.Context) (bool, string) {
-		return firstLine(candidate.lines(t), func(l logLine) bool { return l.msg() == "Attempting to acquire leader lease..." }) > 0, candidate.logTail(5)
+	waitFor(t, time.Minute, candidate.Name()+" to try to acquire the Lease", func(context.Context) (bool, string) {
+		return firstLine(candidate.lines(t), func(l logLine) bool { return l.msg() == "Attempting to acquire leader lease..." }) > 0, candidate.LogTail(5)
 	})
 	waitLeaderGauge(t, candidate, 0)
 	terminated := time.Now()
 	survivor.terminate(t)
 	toExit := time.Since(terminated)
 	var toHandover time.Duration
-	waitFor(t, time.Minute+s.lease, candidate.name+" to take the released Lease", func(ctx context.Context) (bool, string) {
+	waitFor(t, time.Minute+s.lease, candidate.Name()+" to take the released Lease", func(ctx context.Context) (bool, string) {
 		l, err := lease(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -169,7 +170,7 @@ func failover(t *testing.T, s leaseSettings) {
 		return false, "holder " + holder(l)
 	})
 	if firstLine(candidate.lines(t), isAcquired) == 0 {
-		t.Errorf("%s holds the Lease but logged no %q", candidate.name, "Successfully acquired lease")
+		t.Errorf("%s holds the Lease but logged no %q", candidate.Name(), "Successfully acquired lease")
 	}
 	t.Logf("SIGTERM of the leader: it exited after %s, new Lease holder after %s (expected within about %s of the release)",
 		toExit.Round(time.Millisecond), toHandover.Round(time.Millisecond), jitter)
@@ -177,7 +178,7 @@ func failover(t *testing.T, s leaseSettings) {
 		t.Errorf("handover after a graceful stop took %s, want about %s at most: was the Lease released?", toHandover, jitter)
 	}
 	gen = updateApp(t, ns, app.Name, func(swa *webappv1.SimpleWebApp) { swa.Spec.Replicas = ptr.To[int32](1) })
-	waitFor(t, 2*time.Minute, candidate.name+" to apply replicas=1", func(ctx context.Context) (bool, string) {
+	waitFor(t, 2*time.Minute, candidate.Name()+" to apply replicas=1", func(ctx context.Context) (bool, string) {
 		ok, seen := appState(ctx, ns, app.Name, gen, "")
 		n, err := deploymentReplicas(ctx, ns, app.Name)
 		return ok && err == nil && n == 1, seen
@@ -198,7 +199,7 @@ func failover(t *testing.T, s leaseSettings) {
 // is want (1 leader, 0 candidate).
 func waitLeaderGauge(t *testing.T, op *operator, want float64) {
 	t.Helper()
-	waitFor(t, time.Minute, fmt.Sprintf("%s leader_election_master_status %v", op.name, want), func(context.Context) (bool, string) {
+	waitFor(t, time.Minute, fmt.Sprintf("%s leader_election_master_status %v", op.Name(), want), func(context.Context) (bool, string) {
 		ss, err := op.metrics()
 		if err != nil {
 			return false, err.Error()

@@ -39,7 +39,7 @@ func TestStructuredLogs(t *testing.T) {
 	// 1.1.0 with 2 replicas has a PodDisruptionBudget; scaling to 1 and
 	// changing the message prunes it and the old content-hashed ConfigMap.
 	app := newApp(ns, "logged", 2, "1.1.0")
-	if err := env.c.Create(t.Context(), app); err != nil {
+	if err := env.C.Create(t.Context(), app); err != nil {
 		t.Fatal(err)
 	}
 	waitAppReady(t, ns, app.Name, 1, "1.1.0")
@@ -49,7 +49,7 @@ func TestStructuredLogs(t *testing.T) {
 	})
 	waitAppReady(t, ns, app.Name, gen, "1.1.0")
 	waitFor(t, time.Minute, "the PodDisruptionBudget to be pruned", func(ctx context.Context) (bool, string) {
-		err := env.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: app.Name + "-web"}, &policyv1.PodDisruptionBudget{})
+		err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: app.Name + "-web"}, &policyv1.PodDisruptionBudget{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 	// The reconcile that pruned has ended once its last line is written;

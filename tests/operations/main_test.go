@@ -21,38 +21,17 @@ import (
 	"encoding/pem"
 	"flag"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
-
-	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/operatortest"
 )
 
 const (
-	operatorNamespace = "simplewebapp-system"
-	operatorSA        = "controller-manager"
-	managerRole       = "manager-role"   // config/rbac/role.yaml
 	metricsReaderRole = "metrics-reader" // config/rbac/metrics_reader_role.yaml
 	// leaseName is the LeaderElectionID set in main.go.
 	leaseName = "simplewebapp-operator.example.com"
@@ -65,18 +44,12 @@ const (
 var env *testEnv
 
 type testEnv struct {
-	root         string // repository root
-	tmp          string
-	bin          string // the operator binary
-	cluster      *cluster.Cluster
-	kubectlBin   string // the cluster's kubectl, never the one on PATH
-	kubectlCache string
-	cs           kubernetes.Interface
-	c            client.Client // admin, uncached
+	*operatortest.Env
+	bin string // the operator binary
 
-	opKubeconfig  string // a token of the operator's ServiceAccount, nothing else
-	scraperToken  string // may GET /metrics
-	noRightsToken string // authenticates, may not GET /metrics
+	operatorID *operatortest.Identity // the operator's ServiceAccount
+	scraper    *operatortest.Identity // may GET /metrics
+	noRights   *operatortest.Identity // authenticates, may not GET /metrics
 
 	// metricsCertDir holds tls.crt/tls.key for 127.0.0.1, signed by metricsCA,
 	// passed to the operator as --metrics-cert-dir.
@@ -90,13 +63,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	var cleanups []func()
-	defer func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}()
-	e, err := setUp(func(f func()) { cleanups = append(cleanups, f) })
+	var cleanups operatortest.Cleanups
+	defer cleanups.Run()
+	e, err := setUp(cleanups.Add)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "operations setup failed:", err)
 		return 1
@@ -106,91 +75,25 @@ func run(m *testing.M) int {
 }
 
 func setUp(cleanup func(func())) (*testEnv, error) {
-	logw := io.Discard
-	if testing.Verbose() {
-		logw = os.Stderr
-	}
-	step := func(start time.Time, format string, args ...any) {
-		fmt.Fprintf(logw, "operations setup: %s in %s\n", fmt.Sprintf(format, args...), time.Since(start).Round(time.Millisecond))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	root, err := cluster.RepoRoot()
+	oe, err := operatortest.Setup(ctx, operatortest.Options{Name: "operations"}, cleanup)
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "swa-operations-")
-	if err != nil {
-		return nil, err
-	}
-	cleanup(func() { os.RemoveAll(tmp) })
-	e := &testEnv{root: root, tmp: tmp, kubectlCache: filepath.Join(tmp, "kubectl-cache"), bin: filepath.Join(tmp, "simplewebapp-operator")}
-
-	built := make(chan error, 1)
-	go func() {
-		t0 := time.Now()
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", e.bin, "example.com/simplewebapp-operator")
-		cmd.Dir = root
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-		step(t0, "operator built")
-		built <- err
-	}()
+	e := &testEnv{Env: oe}
 
 	t0 := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Profile: cluster.ProfileFull, LogWriter: logw})
-	if err != nil {
-		<-built
-		return nil, fmt.Errorf("starting the cluster: %w", err)
-	}
-	cleanup(func() {
-		if err := c.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "stopping the cluster:", err)
-		}
-	})
-	step(t0, "full cluster ready")
-	e.cluster = c
-	binDir, err := cluster.BinDir()
-	if err != nil {
-		return nil, err
-	}
-	e.kubectlBin = filepath.Join(binDir, "kubectl")
-	if e.cs, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
-		return nil, err
-	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if err := webappv1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	if e.c, err = client.New(c.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
-		return nil, err
-	}
-
-	t0 = time.Now()
-	if _, err := e.admin("apply", "--server-side", "-f", filepath.Join(root, "config/crd/bases/")); err != nil {
-		return nil, err
-	}
-	if _, err := e.admin("wait", "--for=condition=Established", "crd/simplewebapps.example.com", "--timeout=60s"); err != nil {
-		return nil, err
-	}
-	step(t0, "CRD installed")
-
-	t0 = time.Now()
 	if err := e.identities(ctx); err != nil {
 		return nil, err
 	}
-	step(t0, "ServiceAccounts %s (manager-role, leader-election-role), %s (metrics-reader), %s (nothing)", operatorSA, scraperSA, noRightsSA)
+	e.Step(t0, "ServiceAccounts %s (manager-role, leader-election-role), %s (metrics-reader), %s (nothing)", operatortest.ServiceAccount, scraperSA, noRightsSA)
 
 	if err := e.writeMetricsCert(); err != nil {
 		return nil, err
 	}
-	if err := <-built; err != nil {
+	if e.bin, err = e.OperatorBin(); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -204,134 +107,38 @@ func setUp(cleanup func(func())) (*testEnv, error) {
 //   - a scraper bound to config/rbac/metrics_reader_role.yaml;
 //   - one bound to nothing.
 //
-// It writes the operator's kubeconfig and keeps tokens of the other two, and
-// returns once the API server's authorizer sees every binding.
+// Each has a token and a kubeconfig holding only it. It returns once the API
+// server's authorizer sees every binding.
 func (e *testEnv) identities(ctx context.Context) error {
-	if _, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}, metav1.CreateOptions{}); err != nil {
+	var err error
+	if e.operatorID, err = e.SetUpOperatorIdentity(ctx, operatortest.OperatorRBAC{
+		ClusterRoleBinding: "operations-manager-rolebinding",
+		LeaderElection:     true,
+	}); err != nil {
 		return err
 	}
-	for _, sa := range []string{operatorSA, scraperSA, noRightsSA} {
-		if _, err := e.cs.CoreV1().ServiceAccounts(operatorNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
-			return err
-		}
-	}
-	for _, f := range []string{"config/rbac/role.yaml", "config/rbac/metrics_reader_role.yaml"} {
-		if _, err := e.admin("apply", "--server-side", "-f", filepath.Join(e.root, f)); err != nil {
-			return err
-		}
-	}
-	bind := func(name, role, sa string) error {
-		_, err := e.cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: name},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: operatorNamespace}},
-		}, metav1.CreateOptions{})
+	if e.scraper, err = e.NewServiceAccount(ctx, operatortest.Namespace, scraperSA); err != nil {
 		return err
 	}
-	if err := bind("operations-manager-rolebinding", managerRole, operatorSA); err != nil {
+	if e.noRights, err = e.NewServiceAccount(ctx, operatortest.Namespace, noRightsSA); err != nil {
 		return err
 	}
-	if err := bind("operations-metrics-reader", metricsReaderRole, scraperSA); err != nil {
+	if _, err := e.Kubectl.Admin("apply", "--server-side", "-f", filepath.Join(e.Root, "config/rbac/metrics_reader_role.yaml")); err != nil {
+		return err
+	}
+	if err := e.BindClusterRole(ctx, "operations-metrics-reader", metricsReaderRole, e.scraper); err != nil {
 		return err
 	}
 
-	var role rbacv1.Role
-	if err := readYAML(filepath.Join(e.root, "config/rbac/leader_election_role.yaml"), &role); err != nil {
-		return err
-	}
-	role.Namespace = operatorNamespace
-	if _, err := e.cs.RbacV1().Roles(operatorNamespace).Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	var binding rbacv1.RoleBinding
-	if err := readYAML(filepath.Join(e.root, "config/rbac/leader_election_role_binding.yaml"), &binding); err != nil {
-		return err
-	}
-	binding.Namespace = operatorNamespace
-	for i := range binding.Subjects {
-		binding.Subjects[i].Namespace = operatorNamespace
-	}
-	if binding.RoleRef.Name != role.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Name != operatorSA {
-		return fmt.Errorf("config/rbac/leader_election_role_binding.yaml does not bind %s to ServiceAccount %s: %+v", role.Name, operatorSA, binding)
-	}
-	if _, err := e.cs.RbacV1().RoleBindings(operatorNamespace).Create(ctx, &binding, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-
-	token := func(sa string) (string, error) {
-		tok, err := e.cs.CoreV1().ServiceAccounts(operatorNamespace).CreateToken(ctx, sa, &authenticationv1.TokenRequest{
-			Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			return "", fmt.Errorf("TokenRequest for %s/%s: %w", operatorNamespace, sa, err)
-		}
-		return tok.Status.Token, nil
-	}
-	opToken, err := token(operatorSA)
-	if err != nil {
-		return err
-	}
-	if e.scraperToken, err = token(scraperSA); err != nil {
-		return err
-	}
-	if e.noRightsToken, err = token(noRightsSA); err != nil {
-		return err
-	}
-	if e.opKubeconfig, err = e.tokenKubeconfig("operator", opToken); err != nil {
-		return err
-	}
-	scraperKubeconfig, err := e.tokenKubeconfig(scraperSA, e.scraperToken)
-	if err != nil {
-		return err
-	}
-	noRightsKubeconfig, err := e.tokenKubeconfig(noRightsSA, e.noRightsToken)
-	if err != nil {
-		return err
-	}
-
-	// The RBAC authorizer sees new bindings through an informer.
-	for _, check := range []struct {
-		kubeconfig string
-		args       []string
-		want       string
-	}{
-		{e.opKubeconfig, []string{"watch", "simplewebapps.example.com", "--all-namespaces"}, "yes"},
-		{e.opKubeconfig, []string{"update", "leases.coordination.k8s.io", "-n", operatorNamespace}, "yes"},
-		{e.opKubeconfig, []string{"create", "subjectaccessreviews.authorization.k8s.io"}, "yes"},
-		{e.opKubeconfig, []string{"create", "leases.coordination.k8s.io", "-n", "default"}, "no"},
-		{scraperKubeconfig, []string{"get", "/metrics"}, "yes"},
-		{noRightsKubeconfig, []string{"get", "/metrics"}, "no"},
-	} {
-		var last string
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-			last, _ = e.canI(check.kubeconfig, check.args...)
-			return last == check.want, nil
-		})
-		if err != nil {
-			return fmt.Errorf("kubectl auth can-i %s as %s: %q, want %q: %w", strings.Join(check.args, " "), check.kubeconfig, last, check.want, err)
-		}
-	}
-	return nil
-}
-
-// tokenKubeconfig writes a kubeconfig for the cluster holding only token.
-func (e *testEnv) tokenKubeconfig(name, token string) (string, error) {
-	adminCfg, err := clientcmd.LoadFromFile(e.cluster.Kubeconfig)
-	if err != nil {
-		return "", err
-	}
-	cur, ok := adminCfg.Contexts[adminCfg.CurrentContext]
-	if !ok || adminCfg.Clusters[cur.Cluster] == nil || len(adminCfg.Clusters[cur.Cluster].CertificateAuthorityData) == 0 {
-		return "", fmt.Errorf("%s: no current cluster with an embedded CA", e.cluster.Kubeconfig)
-	}
-	server := adminCfg.Clusters[cur.Cluster]
-	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["local"] = &clientcmdapi.Cluster{Server: server.Server, CertificateAuthorityData: server.CertificateAuthorityData}
-	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
-	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: "local", AuthInfo: name}
-	cfg.CurrentContext = name
-	path := filepath.Join(e.tmp, name+".kubeconfig")
-	return path, clientcmd.WriteToFile(*cfg, path)
+	op := e.operatorID.Kubeconfig
+	return e.Kubectl.WaitCanI(ctx, time.Minute,
+		operatortest.CanIWant{Kubeconfig: op, Args: []string{"watch", "simplewebapps.example.com", "--all-namespaces"}, Want: "yes"},
+		operatortest.CanIWant{Kubeconfig: op, Args: []string{"update", "leases.coordination.k8s.io", "-n", operatortest.Namespace}, Want: "yes"},
+		operatortest.CanIWant{Kubeconfig: op, Args: []string{"create", "subjectaccessreviews.authorization.k8s.io"}, Want: "yes"},
+		operatortest.CanIWant{Kubeconfig: op, Args: []string{"create", "leases.coordination.k8s.io", "-n", "default"}, Want: "no"},
+		operatortest.CanIWant{Kubeconfig: e.scraper.Kubeconfig, Args: []string{"get", "/metrics"}, Want: "yes"},
+		operatortest.CanIWant{Kubeconfig: e.noRights.Kubeconfig, Args: []string{"get", "/metrics"}, Want: "no"},
+	)
 }
 
 // writeMetricsCert makes a CA and a serving certificate for 127.0.0.1 signed
@@ -375,7 +182,7 @@ func (e *testEnv) writeMetricsCert() error {
 	if err != nil {
 		return err
 	}
-	e.metricsCertDir = filepath.Join(e.tmp, "metrics-certs")
+	e.metricsCertDir = filepath.Join(e.Dir, "metrics-certs")
 	if err := os.Mkdir(e.metricsCertDir, 0o700); err != nil {
 		return err
 	}
@@ -387,16 +194,5 @@ func (e *testEnv) writeMetricsCert() error {
 	}
 	e.metricsCA = x509.NewCertPool()
 	e.metricsCA.AddCert(caCert)
-	return nil
-}
-
-func readYAML(path string, into any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := yaml.UnmarshalStrict(b, into); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/operatortest"
 )
 
 // TestMetrics scrapes the operator's secure metrics endpoint as Prometheus
@@ -24,12 +25,12 @@ func TestMetrics(t *testing.T) {
 	ns := newNamespace(t, "ops-metrics")
 	// With leader election, as deployed: leader_election_master_status is
 	// served, and the controller's metrics only by the leader.
-	op := startOperator(t, "metrics", "--leader-elect=true", "--leader-election-namespace="+operatorNamespace)
+	op := startOperator(t, "metrics", "--leader-elect=true", "--leader-election-namespace="+operatortest.Namespace)
 	op.waitReady(t)
 
 	// The metrics server starts with the manager; wait until it answers.
 	waitFor(t, time.Minute, "the metrics endpoint "+op.metricsAddr+" to answer", func(context.Context) (bool, string) {
-		code, body, err := op.scrape(env.scraperToken)
+		code, body, err := op.scrape(env.scraper.Token)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -45,8 +46,8 @@ func TestMetrics(t *testing.T) {
 		// token"), which controller-runtime v0.25's filter answers with 500
 		// "Authentication failed" (and an error log with a stack trace), not 401.
 		{"an invalid token", "not-a-token", []int{http.StatusUnauthorized, http.StatusInternalServerError}},
-		{"ServiceAccount " + noRightsSA + " (no metrics-reader binding)", env.noRightsToken, []int{http.StatusForbidden}},
-		{"ServiceAccount " + scraperSA + " (bound to metrics-reader)", env.scraperToken, []int{http.StatusOK}},
+		{"ServiceAccount " + noRightsSA + " (no metrics-reader binding)", env.noRights.Token, []int{http.StatusForbidden}},
+		{"ServiceAccount " + scraperSA + " (bound to metrics-reader)", env.scraper.Token, []int{http.StatusOK}},
 	} {
 		code, body, err := op.scrape(c.token)
 		if err != nil {
@@ -70,7 +71,7 @@ func TestMetrics(t *testing.T) {
 	// A SimpleWebApp is applied: applies succeed, it becomes Ready (gauge 1),
 	// its objects are counted.
 	app := newApp(ns, "metrics-app", 2, "1.0.0")
-	if err := env.c.Create(t.Context(), app); err != nil {
+	if err := env.C.Create(t.Context(), app); err != nil {
 		t.Fatal(err)
 	}
 	waitAppReady(t, ns, app.Name, 1, "1.0.0")
@@ -99,7 +100,7 @@ func TestMetrics(t *testing.T) {
 
 	// A SimpleWebApp that cannot be applied: Stalled and not Ready.
 	stalled := newApp(ns, "metrics-stalled", 1, "9.9.9")
-	if err := env.c.Create(t.Context(), stalled); err != nil {
+	if err := env.C.Create(t.Context(), stalled); err != nil {
 		t.Fatal(err)
 	}
 	stalledKey := map[string]string{"namespace": ns, "name": stalled.Name}
@@ -143,7 +144,7 @@ func TestMetrics(t *testing.T) {
 	t.Run("prometheusrule", func(t *testing.T) { checkPrometheusRule(t, served) })
 
 	// A deleted SimpleWebApp's series go away.
-	if err := env.c.Delete(t.Context(), stalled); err != nil {
+	if err := env.C.Delete(t.Context(), stalled); err != nil {
 		t.Fatal(err)
 	}
 	waitMetrics(t, op, "the series of the deleted "+stalled.Name+" to go", func(ss samples) (bool, string) {
@@ -168,7 +169,7 @@ func waitMetrics(t *testing.T, op *operator, what string, cond func(samples) (bo
 // inventorySize is the number of objects in the SimpleWebApp's status.
 func inventorySize(t *testing.T, ns, name string) int {
 	swa := &webappv1.SimpleWebApp{}
-	if err := env.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, swa); err != nil {
+	if err := env.C.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, swa); err != nil {
 		return -1
 	}
 	return len(swa.Status.Inventory)

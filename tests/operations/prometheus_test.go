@@ -236,7 +236,7 @@ var reLabelValues = regexp.MustCompile(`^label_values\(\s*([^,]+?)\s*,\s*([a-zA-
 // expression (panels and variables) against the metrics served, and that it
 // covers what the dashboard is for.
 func checkDashboard(t *testing.T, served map[string]map[string]bool) {
-	b, err := os.ReadFile(filepath.Join(env.root, dashboardFile))
+	b, err := os.ReadFile(filepath.Join(env.Root, dashboardFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +336,7 @@ type prometheusRule struct {
 // every expression against the metrics served, and the alerts it must have.
 func checkPrometheusRule(t *testing.T, served map[string]map[string]bool) {
 	var pr prometheusRule
-	raw, err := os.ReadFile(filepath.Join(env.root, prometheusRuleFile))
+	raw, err := os.ReadFile(filepath.Join(env.Root, prometheusRuleFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +405,7 @@ func TestPrometheusConfig(t *testing.T) {
 			t.Errorf("kubectl kustomize config/prometheus: %d %s, want 1 (kinds: %v)", kinds[k], k, kinds)
 		}
 	}
-	want, err := os.ReadFile(filepath.Join(env.root, dashboardFile))
+	want, err := os.ReadFile(filepath.Join(env.Root, dashboardFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +524,7 @@ func (objs objects) one(t *testing.T, kind string, v any) {
 // kustomize builds dir with the cluster's kubectl.
 func kustomize(t *testing.T, dir string) objects {
 	t.Helper()
-	out, err := env.admin("kustomize", filepath.Join(env.root, dir))
+	out, err := env.Kubectl.Admin("kustomize", filepath.Join(env.Root, dir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,186 @@
+// Package operatortest runs the operator the way it runs in production, for
+// the test packages that need that (tests/e2e, tests/operations): the binary
+// built from this module, started as its own process, authenticated with a
+// TokenRequest token of its own ServiceAccount that is bound only to
+// config/rbac, against a full local cluster (tests/cluster) with the CRD
+// installed.
+//
+// Setup starts the cluster and builds the operator meanwhile;
+// SetUpOperatorIdentity and NewServiceAccount make the identities; Start runs
+// an operator process; Kubectl runs the cluster's kubectl.
+package operatortest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/cluster"
+)
+
+// Options configure Setup.
+type Options struct {
+	// Name is the test package's: it prefixes the temporary directory
+	// (swa-<Name>-) and the setup progress lines.
+	Name string
+	// ExtraKwokStages are passed to the cluster (cluster.Options).
+	ExtraKwokStages []string
+}
+
+// Env is a full local cluster with the CRD installed, admin clients, the
+// cluster's kubectl, and the operator binary.
+type Env struct {
+	Root    string // repository root
+	Dir     string // the run's temporary directory, removed at cleanup
+	Name    string // Options.Name
+	Cluster *cluster.Cluster
+	Kubectl *Kubectl
+	CS      kubernetes.Interface
+	C       client.Client // admin, uncached; knows SimpleWebApps
+
+	logw        io.Writer // setup progress: stderr with -v, else nothing
+	operatorBin func() (string, error)
+}
+
+// Setup starts a full cluster, building the operator meanwhile, and installs
+// the CRD (config/crd/bases). Everything it starts is stopped, and its
+// directory removed, by the functions it passes to cleanup, also when it
+// fails. It must run after flag.Parse (it asks testing.Verbose).
+func Setup(ctx context.Context, opts Options, cleanup func(func())) (*Env, error) {
+	e := &Env{Name: opts.Name, logw: io.Discard}
+	if testing.Verbose() {
+		e.logw = os.Stderr
+	}
+	var err error
+	if e.Root, err = cluster.RepoRoot(); err != nil {
+		return nil, err
+	}
+	if e.Dir, err = os.MkdirTemp("", "swa-"+opts.Name+"-"); err != nil {
+		return nil, err
+	}
+	cleanup(func() { os.RemoveAll(e.Dir) })
+
+	// The operator builds while the cluster starts.
+	bin := filepath.Join(e.Dir, "simplewebapp-operator")
+	built := make(chan error, 1)
+	go func() {
+		t0 := time.Now()
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "example.com/simplewebapp-operator")
+		cmd.Dir = e.Root
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+		e.Step(t0, "operator built")
+		built <- err
+	}()
+	e.operatorBin = sync.OnceValues(func() (string, error) {
+		if err := <-built; err != nil {
+			return "", err
+		}
+		return bin, nil
+	})
+
+	t0 := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{
+		Profile:         cluster.ProfileFull,
+		ExtraKwokStages: opts.ExtraKwokStages,
+		LogWriter:       e.logw,
+	})
+	if err != nil {
+		_, _ = e.operatorBin()
+		return nil, fmt.Errorf("starting the cluster: %w", err)
+	}
+	cleanup(func() {
+		if err := c.Stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "stopping the cluster:", err)
+		}
+	})
+	e.Step(t0, "full cluster ready")
+	e.Cluster = c
+	binDir, err := cluster.BinDir()
+	if err != nil {
+		return nil, err
+	}
+	e.Kubectl = &Kubectl{
+		Bin:             filepath.Join(binDir, "kubectl"),
+		CacheDir:        filepath.Join(e.Dir, "kubectl-cache"),
+		AdminKubeconfig: c.Kubeconfig,
+	}
+	if e.CS, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
+		return nil, err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := webappv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if e.C, err = client.New(c.RESTConfig(), client.Options{Scheme: scheme}); err != nil {
+		return nil, err
+	}
+
+	t0 = time.Now()
+	if _, err := e.Kubectl.Admin("apply", "--server-side", "-f", filepath.Join(e.Root, "config/crd/bases/")); err != nil {
+		return nil, err
+	}
+	if _, err := e.Kubectl.Admin("wait", "--for=condition=Established", "crd/simplewebapps.example.com", "--timeout=60s"); err != nil {
+		return nil, err
+	}
+	e.Step(t0, "CRD installed")
+	return e, nil
+}
+
+// OperatorBin waits for the operator's build, started by Setup, and returns
+// the binary.
+func (e *Env) OperatorBin() (string, error) { return e.operatorBin() }
+
+// Step reports a setup step that began at start, with -v only.
+func (e *Env) Step(start time.Time, format string, args ...any) {
+	fmt.Fprintf(e.logw, "%s setup: %s in %s\n", e.Name, fmt.Sprintf(format, args...), time.Since(start).Round(time.Millisecond))
+}
+
+// Poll calls cond every interval until it is done, for at most timeout, and
+// returns how long that took and what cond saw last. The error is the
+// timeout's, the context's, or cond's own, which ends the wait at once.
+func Poll(ctx context.Context, interval, timeout time.Duration, cond func(ctx context.Context) (done bool, seen string, err error)) (time.Duration, string, error) {
+	start := time.Now()
+	var seen string
+	err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(ctx context.Context) (bool, error) {
+		done, s, err := cond(ctx)
+		if err != nil {
+			return false, err
+		}
+		seen = s
+		return done, nil
+	})
+	return time.Since(start), seen, err
+}
+
+// Cleanups are functions run in the reverse order of their adding: for a
+// TestMain, what its set-up started, stopped once the tests are done.
+type Cleanups struct{ fns []func() }
+
+// Add adds f. It fits Setup's cleanup parameter.
+func (c *Cleanups) Add(f func()) { c.fns = append(c.fns, f) }
+
+// Run runs the functions, last added first.
+func (c *Cleanups) Run() {
+	for i := len(c.fns) - 1; i >= 0; i-- {
+		c.fns[i]()
+	}
+}
