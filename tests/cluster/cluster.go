@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -93,7 +94,27 @@ func (c *Cluster) LogTail(component string, n int) string {
 
 // Start starts a cluster and waits until it is ready. On error everything it
 // started is stopped again.
-func Start(ctx context.Context, opts Options) (_ *Cluster, err error) {
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	// Free ports are found by listening on :0 and closing, so another process
+	// (a test package starting its own cluster in parallel) can take one
+	// before a component binds it. Then start again with new ports.
+	for attempt := 1; ; attempt++ {
+		c, err := start(ctx, opts)
+		if err == nil || attempt == 3 || ctx.Err() != nil || !strings.Contains(err.Error(), "address already in use") {
+			return c, err
+		}
+		fmt.Fprintf(logWriter(opts), "cluster: a port was taken meanwhile, starting again (attempt %d): %v\n", attempt+1, err)
+	}
+}
+
+func logWriter(opts Options) io.Writer {
+	if opts.LogWriter == nil {
+		return io.Discard
+	}
+	return opts.LogWriter
+}
+
+func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	t0 := time.Now()
 	if opts.Profile == "" {
 		opts.Profile = ProfileFull
