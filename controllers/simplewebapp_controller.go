@@ -79,8 +79,7 @@ func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	if o.failure != nil {
 		log.FromContext(ctx).Info("reconcile failed", "reason", o.failure.Reason, "message", o.failure.Message, "terminal", o.failure.Terminal)
-	}
-	if o.failure != nil { // still report the last applied workload's health
+		// Still report the health of the last applied workload, which keeps running.
 		if err := r.observe(ctx, swa, &o); err != nil {
 			return ctrl.Result{}, err
 		}
