@@ -164,3 +164,31 @@ func newCert(dir, name string, parent *keyPair, tmpl *x509.Certificate) (*keyPai
 func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode)
 }
+
+// WriteServingCert writes a new CA and a serving certificate for 127.0.0.1
+// and localhost signed by it into dir, as tls.crt and tls.key (the layout of
+// a kubernetes.io/tls Secret, which controller-runtime's CertDir reads), and
+// returns a pool with the CA so clients can verify the server.
+func WriteServingCert(dir, commonName string) (*x509.CertPool, error) {
+	ca, err := newCert(dir, "ca", nil, &x509.Certificate{
+		Subject:               pkix.Name{CommonName: commonName + "-ca"},
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := newCert(dir, "tls", ca, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: commonName},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    []string{"localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}); err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	return pool, nil
+}

@@ -75,8 +75,7 @@ func TestChannelDirectoryChangeIsPickedUp(t *testing.T) {
 	swa := newWebApp(ns, "dirmove", 2, "moves with its channel")
 	swa.Spec.Channel = "dirmove"
 	create(t, swa)
-	markRolledOut(t, deployment(t, ns, "dirmove", "Deployment of 1.0.0", func(*appsv1.Deployment) (bool, string) { return true, "" }))
-	got := waitCondition(t, ns, "dirmove", webappv1.ConditionReady, metav1.ConditionTrue, "Available")
+	got := rolledOutAndReady(t, ns, "dirmove")
 	if got.Status.Version != "1.0.0" || got.Status.LastHealthyVersion != "1.0.0" {
 		t.Fatalf("status before the channel moved: %+v", got.Status)
 	}
@@ -109,8 +108,7 @@ func TestMalformedChannelFileIsReported(t *testing.T) {
 	swa := newWebApp(ns, "dirbroken", 1, "keeps running")
 	swa.Spec.Channel = "dirbroken"
 	create(t, swa)
-	markRolledOut(t, deployment(t, ns, "dirbroken", "Deployment", func(*appsv1.Deployment) (bool, string) { return true, "" }))
-	waitCondition(t, ns, "dirbroken", webappv1.ConditionReady, metav1.ConditionTrue, "Available")
+	rolledOutAndReady(t, ns, "dirbroken")
 	before := snapshot(t, ns)
 
 	writeFile(t, "dirbroken", "manifests: [oops\n")

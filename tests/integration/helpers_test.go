@@ -179,3 +179,11 @@ func contentConfigMap(t *testing.T, d *appsv1.Deployment) *corev1.ConfigMap {
 func subresourceBody(obj client.Object) client.SubResourceUpdateOption {
 	return client.WithSubResourceBody(obj)
 }
+
+// rolledOutAndReady plays the Deployment controller for the SimpleWebApp's
+// Deployment as it is now and waits until the SimpleWebApp says Ready.
+func rolledOutAndReady(t *testing.T, ns, name string) *webappv1.SimpleWebApp {
+	t.Helper()
+	markRolledOut(t, deployment(t, ns, name, "Deployment of "+name, func(*appsv1.Deployment) (bool, string) { return true, "" }))
+	return waitCondition(t, ns, name, webappv1.ConditionReady, metav1.ConditionTrue, "Available")
+}

@@ -18,8 +18,7 @@ func TestScaleSubresource(t *testing.T) {
 	ns := newNamespace(t)
 	swa := newWebApp(ns, "scaled", 2, "scale me")
 	create(t, swa)
-	markRolledOut(t, deployment(t, ns, "scaled", "Deployment", func(*appsv1.Deployment) (bool, string) { return true, "" }))
-	waitCondition(t, ns, "scaled", webappv1.ConditionReady, "True", "Available")
+	rolledOutAndReady(t, ns, "scaled")
 
 	scale := &autoscalingv1.Scale{}
 	if err := k8s.SubResource("scale").Get(context.Background(), swa, scale); err != nil {

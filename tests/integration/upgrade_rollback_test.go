@@ -23,8 +23,7 @@ func TestFailedUpgradeRollsBack(t *testing.T) {
 	swa.Spec.Version = "1.0.0"
 	swa.Spec.UpgradeTimeout = &metav1.Duration{Duration: 5 * time.Second}
 	create(t, swa)
-	markRolledOut(t, deployment(t, ns, "rollback", "Deployment of 1.0.0", func(*appsv1.Deployment) (bool, string) { return true, "" }))
-	waitCondition(t, ns, "rollback", webappv1.ConditionReady, metav1.ConditionTrue, "Available")
+	rolledOutAndReady(t, ns, "rollback")
 
 	t0 := time.Now()
 	update(t, ns, "rollback", func(s *webappv1.SimpleWebApp) { s.Spec.Version = "1.1.0" })

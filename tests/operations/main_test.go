@@ -13,21 +13,15 @@ package operations
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"flag"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"example.com/simplewebapp-operator/tests/cluster"
 	"example.com/simplewebapp-operator/tests/operatortest"
 )
 
@@ -146,53 +140,11 @@ func (e *testEnv) identities(ctx context.Context) error {
 // the scrapes verify the operator's certificate instead of skipping
 // verification, as a Prometheus with a cert-manager CA would.
 func (e *testEnv) writeMetricsCert() error {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "operations-test-metrics-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "simplewebapp-operator-metrics"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return err
-	}
 	e.metricsCertDir = filepath.Join(e.Dir, "metrics-certs")
 	if err := os.Mkdir(e.metricsCertDir, 0o700); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(e.metricsCertDir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(e.metricsCertDir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return err
-	}
-	e.metricsCA = x509.NewCertPool()
-	e.metricsCA.AddCert(caCert)
-	return nil
+	var err error
+	e.metricsCA, err = cluster.WriteServingCert(e.metricsCertDir, "simplewebapp-operator-metrics")
+	return err
 }
