@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -19,46 +18,27 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/channels"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 const timeout = 30 * time.Second
 
-// testChannels is the embedded tree plus a "testing" channel whose versions
-// exist only here: 9.0.0 adds a ConfigMap "extra", 9.1.0 drops it again.
-func testChannels() fs.FS {
-	m := fstest.MapFS{}
-	_ = fs.WalkDir(channels.FS, ".", func(p string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			b, _ := fs.ReadFile(channels.FS, p)
-			m[p] = &fstest.MapFile{Data: b}
-		}
-		return err
-	})
-	base := "packages/simplewebapp/1.0.0/"
-	for _, v := range []string{"9.0.0", "9.1.0"} {
-		for p, f := range m {
-			if len(p) > len(base) && p[:len(base)] == base {
-				m["packages/simplewebapp/"+v+"/"+p[len(base):]] = &fstest.MapFile{Data: f.Data}
-			}
-		}
-	}
-	kust := string(m[base+"kustomization.yaml"].Data)
-	m["packages/simplewebapp/9.0.0/kustomization.yaml"] = &fstest.MapFile{Data: []byte(
-		replaceOnce(kust, "- service.yaml\n", "- service.yaml\n- extra.yaml\n"))}
-	m["packages/simplewebapp/9.0.0/extra.yaml"] = &fstest.MapFile{Data: []byte(
-		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\ndata:\n  only-in: 9.0.0\n")}
-	m["testing"] = &fstest.MapFile{Data: []byte("manifests:\n- name: simplewebapp\n  version: 9.1.0\n")}
-	return m
-}
+// The versions of the "testing" channel, which exist only in testChannels:
+// pruneWith is the stable version plus a ConfigMap "extra", pruneWithout the
+// stable version as it is.
+var pruneWith, pruneWithout = kit.NewVersion(kit.Main, 0), kit.NewVersion(kit.Main, 1)
 
-func replaceOnce(s, old, new string) string {
-	for i := 0; i+len(old) <= len(s); i++ {
-		if s[i:i+len(old)] == old {
-			return s[:i] + new + s[i+len(old):]
-		}
-	}
-	panic("not found: " + old)
+// testChannels is the embedded tree plus the channel "testing", listing
+// pruneWith and pruneWithout.
+func testChannels() fs.FS {
+	m := kit.Embedded(kit.Main)
+	tree := kit.MapTree(m)
+	stable := kit.ChannelVersion(kit.Main, "stable")
+	kit.CopyPackage(kit.Main, tree, stable, pruneWith, kit.AddResource("extra.yaml",
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\ndata:\n  only-in: "+pruneWith+"\n"))
+	kit.CopyPackage(kit.Main, tree, stable, pruneWithout)
+	kit.WriteChannel(kit.Main, tree, "testing", pruneWith, pruneWithout)
+	return m
 }
 
 func newWebApp(ns, name string, replicas int32, message string) *webappv1.SimpleWebApp {
@@ -105,7 +85,7 @@ func update(t *testing.T, ns, name string, change func(*webappv1.SimpleWebApp)) 
 func deployment(t *testing.T, ns, swa, what string, cond func(*appsv1.Deployment) (bool, string)) *appsv1.Deployment {
 	t.Helper()
 	d := &appsv1.Deployment{}
-	eventually(t, timeout, what, func() (bool, string) {
+	kit.WaitFor(t, timeout, what, func(context.Context) (bool, string) {
 		if err := get(t, ns, swa+"-web", d); err != nil {
 			return false, err.Error()
 		}
@@ -128,7 +108,7 @@ func condition(t *testing.T, ns, name, typ string) (*webappv1.SimpleWebApp, *met
 func waitCondition(t *testing.T, ns, name, typ string, status metav1.ConditionStatus, reason string) *webappv1.SimpleWebApp {
 	t.Helper()
 	var swa *webappv1.SimpleWebApp
-	eventually(t, timeout, fmt.Sprintf("%s=%s (%s) on %s", typ, status, reason, name), func() (bool, string) {
+	kit.WaitFor(t, timeout, fmt.Sprintf("%s=%s (%s) on %s", typ, status, reason, name), func(context.Context) (bool, string) {
 		var c *metav1.Condition
 		swa, c = condition(t, ns, name, typ)
 		if c == nil {
@@ -156,6 +136,9 @@ func markRolledOut(t *testing.T, d *appsv1.Deployment) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if ok, seen := kit.DeploymentRolledOut(d); !ok {
+		t.Fatalf("marked rolled out, but: %s", seen)
 	}
 }
 

@@ -1,22 +1,30 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 // Create → every rendered object exists, owned by the SimpleWebApp and
 // applied by the operator's field manager; status reports what was applied.
 func TestCreateAppliesOwnedObjects(t *testing.T) {
-	ns := newNamespace(t)
+	ns := kit.Namespace(t, k8s, testNS)
 	swa := newWebApp(ns, "my-webapp", 3, "Welcome to my awesome web app!")
 	create(t, swa)
 
@@ -53,16 +61,73 @@ func TestCreateAppliesOwnedObjects(t *testing.T) {
 	markRolledOut(t, d)
 	swa = waitCondition(t, ns, "my-webapp", webappv1.ConditionReady, metav1.ConditionTrue, "Available")
 	st := swa.Status
-	if st.ObservedGeneration != swa.Generation || st.Version != "1.0.0" || st.Channel != "stable" ||
-		st.ReadyReplicas != 3 || len(st.Inventory) != 4 || st.Selector == "" {
-		t.Errorf("status after roll-out: %+v", st)
+	if st.ObservedGeneration != swa.Generation || st.Version != kit.ChannelVersion(t, "stable") || st.Channel != "stable" ||
+		st.ReadyReplicas != 3 || st.Selector == "" {
+		t.Errorf("status after roll-out: %+v, want the stable channel's version %s", st, kit.ChannelVersion(t, "stable"))
+	}
+	checkInventory(t, swa)
+}
+
+// checkInventory checks that status.inventory names exactly the objects the
+// SimpleWebApp controls: each listed object exists with a controller
+// reference to it, and each object of a kind the packages render that it
+// controls is listed.
+func checkInventory(t *testing.T, swa *webappv1.SimpleWebApp) {
+	t.Helper()
+	listed := map[string]bool{}
+	for _, ref := range swa.Status.Inventory {
+		mapping, err := k8s.RESTMapper().RESTMapping(schema.GroupKind{Group: ref.Group, Kind: ref.Kind})
+		if err != nil {
+			t.Errorf("status.inventory %+v: %v", ref, err)
+			continue
+		}
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(mapping.GroupVersionKind)
+		if err := get(t, swa.Namespace, ref.Name, obj); err != nil {
+			t.Errorf("status.inventory %+v: %v", ref, err)
+			continue
+		}
+		if !metav1.IsControlledBy(obj, swa) {
+			t.Errorf("status.inventory %+v: not controlled by the SimpleWebApp: %+v", ref, obj.GetOwnerReferences())
+		}
+		listed[ref.Kind+"/"+ref.Name] = true
+	}
+	var controlled []string
+	for _, list := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{},
+		&corev1.ServiceAccountList{}, &policyv1.PodDisruptionBudgetList{}, &autoscalingv2.HorizontalPodAutoscalerList{}} {
+		if err := k8s.List(context.Background(), list, client.InNamespace(swa.Namespace)); err != nil {
+			t.Fatal(err)
+		}
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, item := range items {
+			obj := item.(client.Object)
+			if !metav1.IsControlledBy(obj, swa) {
+				continue
+			}
+			gvk, err := apiutil.GVKForObject(obj, scheme)
+			if err != nil {
+				t.Fatal(err)
+			}
+			controlled = append(controlled, gvk.Kind+"/"+obj.GetName())
+		}
+	}
+	for _, c := range controlled {
+		if !listed[c] {
+			t.Errorf("%s is controlled by the SimpleWebApp but not in status.inventory %+v", c, swa.Status.Inventory)
+		}
+	}
+	if len(controlled) != len(swa.Status.Inventory) || len(controlled) == 0 {
+		t.Errorf("status.inventory lists %d objects, the SimpleWebApp controls %v", len(swa.Status.Inventory), controlled)
 	}
 }
 
 // Scaling changes only the replica count; a new message rolls the pods by
 // pointing the pod template at a new, content-named ConfigMap.
 func TestScaleAndMessageChange(t *testing.T) {
-	ns := newNamespace(t)
+	ns := kit.Namespace(t, k8s, testNS)
 	create(t, newWebApp(ns, "my-webapp", 3, "Welcome to my awesome web app!"))
 	before := deployment(t, ns, "my-webapp", "Deployment created", func(d *appsv1.Deployment) (bool, string) { return true, "" })
 	oldContent := contentConfigMap(t, before).Name
@@ -87,7 +152,7 @@ func TestScaleAndMessageChange(t *testing.T) {
 		t.Errorf("new ConfigMap holds %q", got)
 	}
 	// The old message's ConfigMap is pruned: it is no longer rendered.
-	eventually(t, timeout, "old content ConfigMap pruned", func() (bool, string) {
+	kit.WaitFor(t, timeout, "old content ConfigMap pruned", func(context.Context) (bool, string) {
 		err := get(t, ns, oldContent, &corev1.ConfigMap{})
 		return err != nil, fmt.Sprint(err)
 	})

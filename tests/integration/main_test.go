@@ -13,10 +13,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +23,7 @@ import (
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/controllers"
 	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 var (
@@ -33,8 +31,13 @@ var (
 	scheme = runtime.NewScheme()
 	// channelsDir is the operator's --channels-dir: tests write channels and
 	// packages into it while the operator runs.
-	channelsDir string
+	channelsDir kit.Tree
 )
+
+// testNS is every test's namespace. Kept at the end: without a
+// controller-manager a deleted namespace never goes away, and the operator
+// would keep reconciling into it.
+var testNS = kit.NS{Prefix: "it-", Keep: true}
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -77,13 +80,15 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if channelsDir, err = os.MkdirTemp("", "swa-channels-"); err != nil {
+	dir, err := os.MkdirTemp("", "swa-channels-")
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(channelsDir)
+	defer os.RemoveAll(dir)
+	channelsDir = kit.DirTree(dir)
 	opts := controllers.Options{
-		Channels:             controllers.Channels{FS: testChannels(), Dir: os.DirFS(channelsDir)},
+		Channels:             controllers.Channels{FS: testChannels(), Dir: os.DirFS(dir)},
 		ChannelsPollInterval: 100 * time.Millisecond,
 	}
 	if _, err := controllers.Setup(mgr, opts); err != nil {
@@ -99,30 +104,4 @@ func run(m *testing.M) int {
 		}
 	}()
 	return m.Run()
-}
-
-// newNamespace creates a namespace for one test.
-func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "it-"}}
-	if err := k8s.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
-}
-
-// eventually polls cond until it reports done, failing with its last words.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	var last string
-	t0 := time.Now()
-	err := wait.PollUntilContextTimeout(context.Background(), 25*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		var done bool
-		done, last = cond()
-		return done, nil
-	})
-	if err != nil {
-		t.Fatalf("waiting %s for %s; last seen: %s", timeout, what, last)
-	}
-	t.Logf("%s after %s", what, time.Since(t0).Round(time.Millisecond))
 }

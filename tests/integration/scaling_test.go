@@ -10,12 +10,13 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 // `kubectl scale swa` works: the scale subresource maps to spec.replicas, and
 // reports the pods and their selector, so an HPA can target a SimpleWebApp.
 func TestScaleSubresource(t *testing.T) {
-	ns := newNamespace(t)
+	ns := kit.Namespace(t, k8s, testNS)
 	swa := newWebApp(ns, "scaled", 2, "scale me")
 	create(t, swa)
 	rolledOutAndReady(t, ns, "scaled")
@@ -40,13 +41,13 @@ func TestScaleSubresource(t *testing.T) {
 // reconciles that apply everything else; switching autoscaling off hands the
 // count back to spec.replicas.
 func TestAutoscalerOwnsReplicas(t *testing.T) {
-	ns := newNamespace(t)
+	ns := kit.Namespace(t, k8s, testNS)
 	swa := newWebApp(ns, "auto", 3, "m0")
 	swa.Spec.Autoscaling = &webappv1.Autoscaling{MinReplicas: 2, MaxReplicas: 10}
 	create(t, swa)
 	d := deployment(t, ns, "auto", "Deployment", func(*appsv1.Deployment) (bool, string) { return true, "" })
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
-	eventually(t, timeout, "HorizontalPodAutoscaler auto-web", func() (bool, string) {
+	kit.WaitFor(t, timeout, "HorizontalPodAutoscaler auto-web", func(context.Context) (bool, string) {
 		err := get(t, ns, "auto-web", hpa)
 		return err == nil, fmt.Sprint(err)
 	})
@@ -74,7 +75,7 @@ func TestAutoscalerOwnsReplicas(t *testing.T) {
 	deployment(t, ns, "auto", "replicas handed back to spec.replicas (3)", func(d *appsv1.Deployment) (bool, string) {
 		return *d.Spec.Replicas == 3, fmt.Sprint(*d.Spec.Replicas)
 	})
-	eventually(t, timeout, "HPA pruned", func() (bool, string) {
+	kit.WaitFor(t, timeout, "HPA pruned", func(context.Context) (bool, string) {
 		err := get(t, ns, "auto-web", &autoscalingv2.HorizontalPodAutoscaler{})
 		return err != nil, "still there"
 	})
