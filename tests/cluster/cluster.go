@@ -52,6 +52,16 @@ const KwokNodeAnnotation = "kwok.x-k8s.io/node"
 //go:embed kwok-stages.yaml
 var kwokStages string
 
+// NeverReadyStage is a kwok Stage (kwok-stage-never-ready.yaml) for
+// Options.ExtraKwokStages: a pod labelled NeverReadyLabel=true runs but never
+// becomes Ready, as the pods of a broken version would.
+//
+//go:embed kwok-stage-never-ready.yaml
+var NeverReadyStage string
+
+// NeverReadyLabel is the pod label that NeverReadyStage acts on (value "true").
+const NeverReadyLabel = "test.simplewebapp.example.com/never-ready"
+
 // Options configure Start.
 type Options struct {
 	Profile string // ProfileAPI or ProfileFull (default)

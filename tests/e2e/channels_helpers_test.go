@@ -2,11 +2,9 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -18,88 +16,11 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/channels"
+	"example.com/simplewebapp-operator/tests/kit"
 )
-
-// writeChannelsFile writes content to rel (a slash-separated path) below the
-// operator's channels directory atomically: it is written in the staging
-// directory, then renamed into place, so the operator never reads half of it.
-func writeChannelsFile(t *testing.T, rel, content string) {
-	t.Helper()
-	dst := filepath.Join(env.channelsDir, filepath.FromSlash(rel))
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.CreateTemp(env.stagingDir, "file-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, werr := f.WriteString(content)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr, os.Chmod(f.Name(), 0o644), os.Rename(f.Name(), dst)); err != nil {
-		t.Fatalf("writing %s: %v", dst, err)
-	}
-}
-
-// channelYAML is a channel file listing versions of the simplewebapp package.
-func channelYAML(versions ...string) string {
-	var b strings.Builder
-	b.WriteString("# written by the e2e tests\nmanifests:\n")
-	for _, v := range versions {
-		fmt.Fprintf(&b, "- name: simplewebapp\n  version: %s\n", v)
-	}
-	return b.String()
-}
-
-// writeChannel (re)writes the channel file name listing versions.
-func writeChannel(t *testing.T, name string, versions ...string) {
-	t.Helper()
-	writeChannelsFile(t, name, channelYAML(versions...))
-	t.Logf("channel %q now lists %v", name, versions)
-}
-
-// writePackage copies the embedded package version from to version to in the
-// channels directory, passing every file through edit, and moves it into place
-// with one directory rename.
-func writePackage(t *testing.T, from, to string, edit func(name, content string) string) {
-	t.Helper()
-	src, err := fs.Sub(channels.FS, path.Join("packages", "simplewebapp", from))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stage, err := os.MkdirTemp(env.stagingDir, "package-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	entries, err := fs.ReadDir(src, ".")
-	if err != nil || len(entries) == 0 {
-		t.Fatalf("embedded package %s: %d files, err %v", from, len(entries), err)
-	}
-	for _, e := range entries {
-		b, err := fs.ReadFile(src, e.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(stage, e.Name()), []byte(edit(e.Name(), string(b))), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Chmod(stage, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	parent := filepath.Join(env.channelsDir, "packages", "simplewebapp")
-	if err := os.MkdirAll(parent, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(stage, filepath.Join(parent, to)); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("package simplewebapp %s (from %s) written to %s", to, from, filepath.Join(parent, to))
-}
 
 // describeChannels lists the files of the channels directory with the
 // content of the channel files, for failures.
@@ -164,7 +85,7 @@ func pokeDeployment(ctx context.Context, ns, name string, n int) error {
 func waitSettled(t *testing.T, ns, name string, n int32, version string, diag func() string) *app {
 	t.Helper()
 	var settled *app
-	d := waitFor(t, timeout, fmt.Sprintf("%s settled: Ready on version %s with %d Ready pods of the newest template", name, version, n), diag,
+	kit.WaitFor(t, timeout, fmt.Sprintf("%s settled: Ready on version %s with %d Ready pods of the newest template", name, version, n),
 		func(ctx context.Context) (bool, string) {
 			a, err := observe(ctx, ns, name, name+"-web")
 			if err != nil {
@@ -172,8 +93,7 @@ func waitSettled(t *testing.T, ns, name string, n int32, version string, diag fu
 			}
 			settled = a
 			return a.settledOn(n, version)
-		})
-	t.Logf("%s settled on %s with %d pods after %s", name, version, n, d.Round(time.Millisecond))
+		}, env.waitOpts(diag))
 	return settled
 }
 
@@ -217,7 +137,7 @@ func operatorEvents(ctx context.Context, ns string, uid types.UID, typ, reason s
 func waitEvents(t *testing.T, ns string, uid types.UID, typ, reason string, atLeast int, diag func() string) int {
 	t.Helper()
 	var n int
-	waitFor(t, 30*time.Second, fmt.Sprintf("at least %d %s events %s from the operator", atLeast, typ, reason), diag,
+	kit.WaitFor(t, 30*time.Second, fmt.Sprintf("at least %d %s events %s from the operator", atLeast, typ, reason),
 		func(ctx context.Context) (bool, string) {
 			var seen string
 			var err error
@@ -226,41 +146,8 @@ func waitEvents(t *testing.T, ns string, uid types.UID, typ, reason string, atLe
 				return false, err.Error()
 			}
 			return n >= atLeast, seen
-		})
+		}, env.waitOpts(diag))
 	return n
-}
-
-// holdsFor checks cond every poll interval for the whole of d: an assertion
-// over a window of time (nothing is waited for). The test fails at the first
-// poll where cond does not hold, with what it saw. It returns the number of
-// polls.
-func holdsFor(t *testing.T, d, every time.Duration, what string, diag func() string, cond func(ctx context.Context) (ok bool, seen string)) int {
-	t.Helper()
-	start := time.Now()
-	polls := 0
-	var broken string
-	err := wait.PollUntilContextTimeout(t.Context(), every, d, true, func(context.Context) (bool, error) {
-		if exited, err := env.op.Exited(); exited {
-			return false, fmt.Errorf("the operator exited: %v", err)
-		}
-		// Not the poll's context: its deadline, the end of the window, is no
-		// reason for a read to fail.
-		ok, seen := cond(t.Context())
-		if !ok {
-			broken = seen
-			return false, errors.New("condition broken")
-		}
-		polls++
-		return false, nil
-	})
-	if broken != "" {
-		t.Fatalf("after %s (poll %d), no longer %s:\n%s\n--- operator log tail (%s) ---\n%s\n%s",
-			time.Since(start).Round(time.Millisecond), polls+1, what, broken, env.op.LogPath(), env.op.LogTail(40), diag())
-	}
-	if !wait.Interrupted(err) {
-		t.Fatalf("checking %s: %v", what, err)
-	}
-	return polls
 }
 
 // sampler calls probe every interval in its own goroutine until stop. The
@@ -334,8 +221,8 @@ func (h *readyHonesty) sample(ctx context.Context) {
 		return
 	}
 	h.readyTrue++
-	done1, why1 := deploymentRolledOut(&d1)
-	done2, why2 := deploymentRolledOut(&d2)
+	done1, why1 := kit.DeploymentRolledOut(&d1)
+	done2, why2 := kit.DeploymentRolledOut(&d2)
 	if done1 || done2 {
 		if !done1 || !done2 {
 			h.inconclusive++
@@ -362,18 +249,4 @@ func (h *readyHonesty) check(t *testing.T) {
 		t.Errorf("%s said Ready=True while its Deployment was not rolled out, in %d samples:\n%s",
 			h.name, len(h.violations), strings.Join(h.violations, "\n"))
 	}
-}
-
-// deploymentRolledOut reports whether the Deployment controller observed the
-// newest generation of d and every desired pod is updated and available, with
-// no old pod left; and otherwise what it saw.
-func deploymentRolledOut(d *appsv1.Deployment) (bool, string) {
-	want := int32(1)
-	if d.Spec.Replicas != nil {
-		want = *d.Spec.Replicas
-	}
-	s := d.Status
-	done := s.ObservedGeneration == d.Generation && s.UpdatedReplicas == want && s.AvailableReplicas == want && s.Replicas == want
-	return done, fmt.Sprintf("generation %d observed %d, spec.replicas %d, replicas %d updated %d available %d",
-		d.Generation, s.ObservedGeneration, want, s.Replicas, s.UpdatedReplicas, s.AvailableReplicas)
 }

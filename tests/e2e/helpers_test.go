@@ -5,37 +5,35 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
-// waitFor polls cond until it is done, for at most timeout, and returns how
-// long that took. cond reports what it sees; on timeout (or if the operator
-// exits) the test fails with what it waited for, the last thing cond saw, the
-// operator's log tail and the kubectl output of diag.
-func waitFor(t *testing.T, timeout time.Duration, what string, diag func() string, cond func(ctx context.Context) (done bool, seen string)) time.Duration {
-	t.Helper()
-	took, seen, err := operatortest.Poll(t.Context(), 100*time.Millisecond, timeout, func(ctx context.Context) (bool, string, error) {
-		if exited, err := env.op.Exited(); exited {
-			return false, "", fmt.Errorf("the operator exited: %v", err)
-		}
-		done, seen := cond(ctx)
-		return done, seen, nil
-	})
-	if err != nil {
-		t.Fatalf("waiting %s for %s: %v\nlast seen: %s\n--- operator log tail (%s) ---\n%s\n%s",
-			took.Round(time.Millisecond), what, err, seen, env.op.LogPath(), env.op.LogTail(40), diag())
-	}
-	return took
+// waitOpts are the options of every wait here: it ends at once if the
+// operator exits, and a failure shows the operator's log tail and diag.
+func (e *testEnv) waitOpts(diag func() string) kit.WaitOption {
+	return kit.Options(
+		kit.Every(100*time.Millisecond),
+		kit.Abort(func() error {
+			if exited, err := e.op.Exited(); exited {
+				return fmt.Errorf("the operator exited: %v", err)
+			}
+			return nil
+		}),
+		kit.Diag(func() string {
+			return fmt.Sprintf("--- operator log tail (%s) ---\n%s", e.op.LogPath(), e.op.LogTail(40))
+		}),
+		kit.Diag(diag),
+	)
 }
 
 // describeNamespace is the kubectl view of the app in ns, for failures.
@@ -118,10 +116,6 @@ func (a *app) newestHash() string {
 	return a.newestRS.Labels[appsv1.DefaultDeploymentUniqueLabelKey]
 }
 
-// settled is the end state of a rollout to n replicas of the embedded stable
-// channel's version, 1.0.0 (settledOn).
-func (a *app) settled(n int32) (bool, string) { return a.settledOn(n, "1.0.0") }
-
 // settledOn is the end state of a rollout of version to n replicas: the
 // operator applied the current generation as version and reports Ready with n
 // ready pods, and the workload is rolled out (rolledOut). Otherwise it says
@@ -148,11 +142,10 @@ func (a *app) settledOn(n int32, version string) (bool, string) {
 }
 
 // rolledOut lists what keeps the workload from being rolled out to n
-// replicas: the Deployment controller observed the newest generation and
-// reports n pods, all updated, ready and available, and exactly n pods exist,
-// all Ready and all from the newest ReplicaSet.
+// replicas: the Deployment is rolled out (kit.DeploymentRolledOut) to n
+// replicas, and exactly n pods exist, all Ready and all from the newest
+// ReplicaSet.
 func (a *app) rolledOut(n int32) []string {
-	d := a.dep.Status
 	hash := a.newestHash()
 	var problems []string
 	check := func(ok bool, format string, args ...any) {
@@ -160,9 +153,8 @@ func (a *app) rolledOut(n int32) []string {
 			problems = append(problems, fmt.Sprintf(format, args...))
 		}
 	}
-	check(d.ObservedGeneration == a.dep.Generation && d.ReadyReplicas == n && d.AvailableReplicas == n && d.UpdatedReplicas == n && d.Replicas == n,
-		"Deployment generation %d observed %d, replicas %d updated %d ready %d available %d, want %d",
-		a.dep.Generation, d.ObservedGeneration, d.Replicas, d.UpdatedReplicas, d.ReadyReplicas, d.AvailableReplicas, n)
+	done, seen := kit.DeploymentRolledOut(&a.dep)
+	check(done && ptr.Deref(a.dep.Spec.Replicas, 1) == n, "%s; want rolled out to %d", seen, n)
 	check(hash != "", "no ReplicaSet for the Deployment's revision %q", a.dep.Annotations["deployment.kubernetes.io/revision"])
 	check(len(a.pods) == int(n) && len(a.readyPods) == int(n), "%d pods, %d Ready, want %d", len(a.pods), len(a.readyPods), n)
 	for _, p := range a.pods {

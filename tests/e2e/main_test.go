@@ -19,112 +19,26 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/kit"
 	"example.com/simplewebapp-operator/tests/operatortest"
 )
 
-const (
-	// channelsPollInterval is the operator's --channels-poll-interval: it acts
-	// on a change of --channels-dir once the content has stayed the same for
-	// one more interval.
-	channelsPollInterval = 500 * time.Millisecond
-
-	// neverReadyLabel on a pod makes kwok run it without ever making it Ready
-	// (neverReadyStage): a test package puts it on its pod template to play a
-	// broken version.
-	neverReadyLabel = "e2e.simplewebapp.example.com/never-ready"
-)
-
-// neverReadyStage is a kwok Stage, added to the standard ones, that moves a
-// Pending pod carrying neverReadyLabel to Running with Ready=False and keeps it
-// there: no other pod stage matches a Running, non-terminating pod outside a
-// Job, and pod-delete still removes it once it is deleted.
-//
-// Such a pod also matches the standard pod-ready stage. kwok (v0.8.0,
-// pkg/utils/lifecycle/lifecycle.go, Lifecycle.Match) picks among the matching
-// stages at random when all their weights are 0 (the default), but once the
-// weights of the matches add up to more than 0 it draws only among the stages
-// whose weight is above 0. With weight 1 here and pod-ready at 0, this stage
-// always wins for labelled pods, and pod-ready keeps every other pod.
-const neverReadyStage = `apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: e2e-pod-running-never-ready
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchLabels:
-      ` + neverReadyLabel + `: "true"
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values:
-      - 'Pending'
-  weight: 1
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-
-      conditions:
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "True"
-        type: Initialized
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "False"
-        reason: ContainersNotReady
-        message: "e2e: this pod never becomes ready"
-        type: Ready
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "False"
-        reason: ContainersNotReady
-        type: ContainersReady
-
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        started: true
-        restartCount: 0
-        state:
-          running:
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      {{ $hostIPs := NodeIPsWith .spec.nodeName }}
-      {{ with $hostIPs }}
-      hostIP: {{ index . 0 | Quote }}
-      hostIPs:
-      {{ range . }}
-      - ip: {{ . | Quote }}
-      {{ end }}
-      {{ end }}
-      {{ $podIPs := PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
-      {{ with $podIPs }}
-      podIP: {{ index . 0 | Quote }}
-      podIPs:
-      {{ range . }}
-      - ip: {{ . | Quote }}
-      {{ end }}
-      {{ end }}
-      phase: Running
-      startTime: {{ $now | Quote }}
-`
+// channelsPollInterval is the operator's --channels-poll-interval: it acts on
+// a change of --channels-dir once the content has stayed the same for one
+// more interval.
+const channelsPollInterval = 500 * time.Millisecond
 
 // env is the shared cluster and operator, set up by TestMain.
 var env *testEnv
 
 type testEnv struct {
 	*operatortest.Env
-	channelsDir string // the operator's --channels-dir, empty at start
-	stagingDir  string // where files for channelsDir are written before a rename into it
+	channelsDir string   // the operator's --channels-dir, empty at start
+	channels    kit.Tree // channelsDir, for kit's writers
 	operatorID  *operatortest.Identity
 	op          *operatortest.Operator
 }
@@ -180,22 +94,16 @@ func setUp(cleanup func(func())) (*testEnv, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	oe, err := operatortest.Setup(ctx, operatortest.Options{Name: "e2e", ExtraKwokStages: []string{neverReadyStage}}, cleanup)
+	oe, err := operatortest.Setup(ctx, operatortest.Options{Name: "e2e", ExtraKwokStages: []string{cluster.NeverReadyStage}}, cleanup)
 	if err != nil {
 		return nil, err
 	}
-	e := &testEnv{
-		Env: oe,
-		// Empty: the embedded channels apply until a test writes here.
-		channelsDir: filepath.Join(oe.Dir, "channels"),
-		// A sibling on the same file system, so a rename into channelsDir is atomic.
-		stagingDir: filepath.Join(oe.Dir, "channels-staging"),
+	// Empty: the embedded channels apply until a test writes here.
+	e := &testEnv{Env: oe, channelsDir: filepath.Join(oe.Dir, "channels")}
+	if err := os.Mkdir(e.channelsDir, 0o755); err != nil {
+		return nil, err
 	}
-	for _, d := range []string{e.channelsDir, e.stagingDir} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return nil, err
-		}
-	}
+	e.channels = kit.DirTree(e.channelsDir)
 
 	t0 := time.Now()
 	if err := e.waitGarbageCollectorWatchesCRD(ctx); err != nil {
@@ -260,29 +168,31 @@ func (e *testEnv) waitGarbageCollectorWatchesCRD(ctx context.Context) error {
 		return err
 	}
 	defer e.C.Delete(context.Background(), ns)
-	probe := func(ctx context.Context) (bool, error) {
+	probes := 0
+	probe := func(ctx context.Context) (bool, string, error) {
+		probes++
 		owner := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{GenerateName: "gc-probe-", Namespace: ns.Name}}
 		if err := e.C.Create(ctx, owner); err != nil {
-			return false, err
+			return false, "", err
 		}
 		dependent := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: owner.Name, Namespace: ns.Name,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: webappv1.GroupVersion.String(), Kind: "SimpleWebApp", Name: owner.Name, UID: owner.UID}},
 		}}
 		if err := e.C.Create(ctx, dependent); err != nil {
-			return false, err
+			return false, "", err
 		}
 		if err := e.C.Delete(ctx, owner); err != nil {
-			return false, err
+			return false, "", err
 		}
-		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 3*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, seen, err := kit.Poll(ctx, 100*time.Millisecond, 3*time.Second, func(ctx context.Context) (bool, string, error) {
 			err := e.C.Get(ctx, client.ObjectKeyFromObject(dependent), &corev1.ConfigMap{})
-			return apierrors.IsNotFound(err), nil
+			return apierrors.IsNotFound(err), fmt.Sprint(err), nil
 		})
-		return err == nil, nil
+		return err == nil, fmt.Sprintf("probe %d: the dependent ConfigMap %s after 3s: %s", probes, dependent.Name, seen), nil
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 2*time.Minute, true, probe); err != nil {
-		return fmt.Errorf("waiting for the garbage collector to delete a ConfigMap owned by a deleted SimpleWebApp: %w\n--- kube-controller-manager log tail ---\n%s",
-			err, e.Cluster.LogTail(cluster.ControllerManager, 30))
+	if _, seen, err := kit.Poll(ctx, 100*time.Millisecond, 2*time.Minute, probe); err != nil {
+		return fmt.Errorf("waiting for the garbage collector to delete a ConfigMap owned by a deleted SimpleWebApp: %w (%s)\n--- kube-controller-manager log tail ---\n%s",
+			err, seen, e.Cluster.LogTail(cluster.ControllerManager, 30))
 	}
 	return nil
 }

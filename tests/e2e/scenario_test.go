@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"example.com/simplewebapp-operator/tests/kit"
 	"example.com/simplewebapp-operator/tests/operatortest"
 )
 
@@ -31,7 +32,9 @@ const (
 // re-apply it with more replicas and a new message, lose two pods, delete it.
 func TestUserScenario(t *testing.T) {
 	ctx := t.Context()
-	ns := restrictedNamespace(t, ctx)
+	ns := kit.Namespace(t, env.C, e2eNS)
+	// The user's files set no channel: the stable channel's version runs.
+	stable := kit.ChannelVersion(t, "stable")
 	diag := func() string { return describeNamespace(ns) }
 	sample := func(name string) string { return filepath.Join(env.Root, "config/samples", name) }
 	state := func(ctx context.Context) (*app, string) {
@@ -53,14 +56,14 @@ func TestUserScenario(t *testing.T) {
 		} else {
 			t.Logf("kubectl wait --for=condition=Ready returned after %s: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(out))
 		}
-		waitFor(t, timeout, "3 Ready pods and status Ready with readyReplicas=3", diag, func(ctx context.Context) (bool, string) {
+		kit.WaitFor(t, timeout, "3 Ready pods and status Ready with readyReplicas=3", func(ctx context.Context) (bool, string) {
 			a, seen := state(ctx)
 			if a == nil {
 				return false, seen
 			}
 			created = a
-			return a.settled(3)
-		})
+			return a.settledOn(3, stable)
+		}, env.waitOpts(diag))
 		t.Logf("3 pods Ready in %s (from kubectl apply)", time.Since(start).Round(time.Millisecond))
 
 		checkChildrenOwnedBy(t, ctx, ns, created)
@@ -78,9 +81,9 @@ func TestUserScenario(t *testing.T) {
 	}
 
 	t.Run("events", func(t *testing.T) {
-		d := waitFor(t, 30*time.Second, "an Applied event from the operator for the SimpleWebApp", diag, func(ctx context.Context) (bool, string) {
+		d := kit.WaitFor(t, 30*time.Second, "an Applied event from the operator for the SimpleWebApp", func(ctx context.Context) (bool, string) {
 			return appliedEvent(ns, created.swa.UID)
-		})
+		}, env.waitOpts(diag))
 		t.Logf("Applied event seen after %s", d.Round(time.Millisecond))
 	})
 
@@ -90,7 +93,7 @@ func TestUserScenario(t *testing.T) {
 			t.Fatal(err)
 		}
 		var updated *app
-		waitFor(t, timeout, "5 Ready pods, all of the new pod template, and status Ready with readyReplicas=5 for the new generation", diag,
+		kit.WaitFor(t, timeout, "5 Ready pods, all of the new pod template, and status Ready with readyReplicas=5 for the new generation",
 			func(ctx context.Context) (bool, string) {
 				a, seen := state(ctx)
 				if a == nil {
@@ -100,8 +103,8 @@ func TestUserScenario(t *testing.T) {
 				if a.swa.Generation <= created.swa.Generation {
 					return false, fmt.Sprintf("generation %d not advanced past %d", a.swa.Generation, created.swa.Generation)
 				}
-				return a.settled(5)
-			})
+				return a.settledOn(5, stable)
+			}, env.waitOpts(diag))
 		t.Logf("5 pods Ready on the new template in %s (from kubectl apply)", time.Since(start).Round(time.Millisecond))
 
 		if updated.newestHash() == created.newestHash() {
@@ -131,7 +134,7 @@ func TestUserScenario(t *testing.T) {
 		if _, err := env.Kubectl.Admin(append([]string{"delete", "pod", "-n", ns, "--wait=false"}, victims...)...); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, timeout, fmt.Sprintf("pods %v replaced, 5 Ready and status readyReplicas=5 with Ready=True", victims), diag,
+		kit.WaitFor(t, timeout, fmt.Sprintf("pods %v replaced, 5 Ready and status readyReplicas=5 with Ready=True", victims),
 			func(ctx context.Context) (bool, string) {
 				a, seen := state(ctx)
 				if a == nil {
@@ -143,8 +146,8 @@ func TestUserScenario(t *testing.T) {
 						return false, "deleted pod " + v + " still exists\n" + a.String()
 					}
 				}
-				return a.settled(5)
-			})
+				return a.settledOn(5, stable)
+			}, env.waitOpts(diag))
 		t.Logf("2 deleted pods replaced, 5 Ready again in %s", time.Since(start).Round(time.Millisecond))
 	}) {
 		return
@@ -155,13 +158,13 @@ func TestUserScenario(t *testing.T) {
 		if _, err := env.Kubectl.Admin("delete", "swa", appName, "-n", ns); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, timeout, "every child of "+appName+" garbage-collected", diag, func(ctx context.Context) (bool, string) {
+		kit.WaitFor(t, timeout, "every child of "+appName+" garbage-collected", func(ctx context.Context) (bool, string) {
 			left, err := children(ctx, ns)
 			if err != nil {
 				return false, err.Error()
 			}
 			return len(left) == 0, "still there: " + names(left)
-		})
+		}, env.waitOpts(diag))
 		t.Logf("all children garbage-collected in %s (from kubectl delete)", time.Since(start).Round(time.Millisecond))
 	})
 }
@@ -193,27 +196,9 @@ func TestOperatorLeastPrivilege(t *testing.T) {
 	}
 }
 
-// restrictedNamespace creates a namespace that enforces the restricted Pod
-// Security Standard, deleted after the test, and waits for its default
-// ServiceAccount (without it no pod is admitted).
-func restrictedNamespace(t *testing.T, ctx context.Context) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-", Labels: map[string]string{
-		"pod-security.kubernetes.io/enforce": "restricted",
-		"pod-security.kubernetes.io/audit":   "restricted",
-		"pod-security.kubernetes.io/warn":    "restricted",
-	}}}
-	if err := env.C.Create(ctx, ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.C.Delete(context.Background(), ns) })
-	waitFor(t, 30*time.Second, "default ServiceAccount in "+ns.Name, func() string { return describeNamespace(ns.Name) },
-		func(ctx context.Context) (bool, string) {
-			err := env.C.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "default"}, &corev1.ServiceAccount{})
-			return err == nil, fmt.Sprint(err)
-		})
-	return ns.Name
-}
+// e2eNS is every test's namespace: it enforces the restricted Pod Security
+// Standard, as the user's namespace would, and is deleted after the test.
+var e2eNS = kit.NS{Prefix: "e2e-", PodSecurity: "restricted", WaitForServiceAccount: true}
 
 // checkChildrenOwnedBy checks that the Deployment, Service and ConfigMaps of
 // the app each have a controller reference to the SimpleWebApp.

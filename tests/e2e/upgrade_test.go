@@ -1,14 +1,17 @@
 package e2e
 
-// Versions delivered at run time through the operator's --channels-dir:
-// a channel moving to a new version upgrades the apps that follow it, a
-// version that never becomes Ready is rolled back by the operator while the
-// old pods keep serving, pinned apps stay where they are, and a malformed
-// channel file stalls its apps without touching what runs. Each test has its
-// own namespace and its own channel, so they run in parallel.
+// Versions delivered at run time through the operator's --channels-dir. The
+// tests start on the stable channel's version and write newer versions
+// (kit.NewVersion) into the directory: a channel moving to a new version
+// upgrades the apps that follow it, a version that never becomes Ready is
+// rolled back by the operator while the old pods keep serving, pinned apps
+// stay where they are, and a malformed channel file stalls its apps without
+// touching what runs. Each test has its own namespace, channel and versions,
+// so they run in parallel.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -16,60 +19,59 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
-// brokenVersion is a package version written by TestBrokenVersionRollsBack:
-// 1.1.0 with neverReadyLabel on its pod template.
-const brokenVersion = "1.2.0"
-
-// TestChannelUpgrade moves a channel from 1.0.0 to 1.1.0 while an app follows
-// it: the operator upgrades the app without a restart, the pods roll to the
-// new template, the PodDisruptionBudget of 1.1.0 appears, and Ready is never
-// True while the Deployment is rolling.
+// TestChannelUpgrade moves a channel from the stable version to a newer one
+// (written by the test: the stable package plus a marker ConfigMap and a
+// changed nginx configuration) while an app follows it: the operator upgrades
+// the app without a restart, the pods roll to the new template, the new
+// version's ConfigMap appears, and Ready is never True while the Deployment is
+// rolling.
 func TestChannelUpgrade(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	ns := restrictedNamespace(t, ctx)
+	ns := kit.Namespace(t, env.C, e2eNS)
 	const name, channel = "upgrade", "upgrade"
 	dep := name + "-web"
 	diag := diagFor(ns)
+	stable, next := kit.ChannelVersion(t, "stable"), kit.NewVersion(t, 1)
 
-	// Only the channel file: both versions come from the embedded packages.
-	writeChannel(t, channel, "1.0.0")
+	kit.CopyPackage(t, env.channels, stable, next, kit.MarkVersion(next))
+	kit.WriteChannel(t, env.channels, channel, stable)
 	createApp(t, ctx, ns, name, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](3), Channel: channel})
-	before := waitSettled(t, ns, name, 3, "1.0.0", diag)
-	if st := before.swa.Status; st.LastHealthyVersion != "1.0.0" || st.Channel != channel {
-		t.Errorf("status lastHealthyVersion %q channel %q, want 1.0.0 and %s", st.LastHealthyVersion, st.Channel, channel)
+	before := waitSettled(t, ns, name, 3, stable, diag)
+	if st := before.swa.Status; st.LastHealthyVersion != stable || st.Channel != channel {
+		t.Errorf("status lastHealthyVersion %q channel %q, want %s and %s", st.LastHealthyVersion, st.Channel, stable, channel)
 	}
-	if pdb, err := getPDB(ctx, ns, dep); !apierrors.IsNotFound(err) {
-		t.Errorf("1.0.0 has no PodDisruptionBudget, found %v (err %v)", pdb, err)
+	if marker, err := getMarker(ctx, ns, name); !apierrors.IsNotFound(err) {
+		t.Errorf("%s has no ConfigMap %s, found %v (err %v)", stable, kit.MarkerName, marker, err)
 	}
 
 	honesty := &readyHonesty{ns: ns, name: name, dep: dep}
 	samples := startSampler(ctx, 50*time.Millisecond, honesty.sample)
 	written := time.Now()
-	writeChannel(t, channel, "1.0.0", "1.1.0")
-	pickup := waitFor(t, 30*time.Second, "status.version 1.1.0: the channel change picked up and applied", diag, func(ctx context.Context) (bool, string) {
+	kit.WriteChannel(t, env.channels, channel, stable, next)
+	pickup := kit.WaitFor(t, 30*time.Second, "status.version "+next+": the channel change picked up and applied", func(ctx context.Context) (bool, string) {
 		var swa webappv1.SimpleWebApp
 		if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 			return false, err.Error()
 		}
-		return swa.Status.Version == "1.1.0", fmt.Sprintf("status.version %q, upgrade %+v", swa.Status.Version, swa.Status.Upgrade)
-	})
-	t.Logf("channel change picked up: 1.1.0 applied %s after the channel file was written (poll interval %s)", pickup.Round(time.Millisecond), channelsPollInterval)
-	after := waitSettled(t, ns, name, 3, "1.1.0", diag)
-	t.Logf("upgrade 1.0.0 -> 1.1.0 of 3 pods: Ready again %s after the channel file was written", time.Since(written).Round(time.Millisecond))
+		return swa.Status.Version == next, fmt.Sprintf("status.version %q, upgrade %+v", swa.Status.Version, swa.Status.Upgrade)
+	}, env.waitOpts(diag))
+	t.Logf("channel change picked up: %s applied %s after the channel file was written (poll interval %s)", next, pickup.Round(time.Millisecond), channelsPollInterval)
+	after := waitSettled(t, ns, name, 3, next, diag)
+	t.Logf("upgrade %s -> %s of 3 pods: Ready again %s after the channel file was written", stable, next, time.Since(written).Round(time.Millisecond))
 	samples.stop()
 	honesty.check(t)
 	if honesty.readyNotTrue == 0 {
@@ -77,33 +79,31 @@ func TestChannelUpgrade(t *testing.T) {
 	}
 
 	st := after.swa.Status
-	if st.LastHealthyVersion != "1.1.0" || st.Upgrade != nil || st.FailedUpgrade != nil || st.Channel != channel {
-		t.Errorf("status lastHealthyVersion %q upgrade %+v failedUpgrade %+v channel %q, want 1.1.0, none, none, %s",
-			st.LastHealthyVersion, st.Upgrade, st.FailedUpgrade, st.Channel, channel)
+	if st.LastHealthyVersion != next || st.Upgrade != nil || st.FailedUpgrade != nil || st.Channel != channel {
+		t.Errorf("status lastHealthyVersion %q upgrade %+v failedUpgrade %+v channel %q, want %s, none, none, %s",
+			st.LastHealthyVersion, st.Upgrade, st.FailedUpgrade, st.Channel, next, channel)
 	}
 	if after.newestHash() == before.newestHash() {
-		t.Errorf("pod template hash %q unchanged: 1.1.0 did not roll the pods", after.newestHash())
+		t.Errorf("pod template hash %q unchanged: %s did not roll the pods", after.newestHash(), next)
 	}
-	for _, p := range after.pods {
-		if len(p.Spec.TopologySpreadConstraints) == 0 {
-			t.Errorf("pod %s (template %s) has no topologySpreadConstraints", p.Name, p.Labels[appsv1.DefaultDeploymentUniqueLabelKey])
-		}
+	if cms, err := configMapsWith(ctx, ns, after.newestRS.Spec.Template.Spec, "# test version "+next); err != nil || len(cms) == 0 {
+		t.Errorf("the new pod template mounts no ConfigMap of %s (err %v)", next, err)
 	}
 	t.Logf("pods rolled from template %s to %s: %v", before.newestHash(), after.newestHash(), podNames(after.pods))
-	pdb, err := getPDB(ctx, ns, dep)
+	marker, err := getMarker(ctx, ns, name)
 	if err != nil {
-		t.Fatalf("1.1.0 with 3 replicas: PodDisruptionBudget %s: %v\n%s", dep, err, diag())
+		t.Fatalf("%s: ConfigMap %s-%s: %v\n%s", next, name, kit.MarkerName, err, diag())
 	}
-	if ref := metav1.GetControllerOf(pdb); ref == nil || ref.UID != after.swa.UID {
-		t.Errorf("PodDisruptionBudget %s controller reference %+v, want the SimpleWebApp (uid %s)", dep, ref, after.swa.UID)
+	if ref := metav1.GetControllerOf(marker); ref == nil || ref.UID != after.swa.UID {
+		t.Errorf("ConfigMap %s controller reference %+v, want the SimpleWebApp (uid %s)", marker.Name, ref, after.swa.UID)
 	}
-	if mu := pdb.Spec.MaxUnavailable; mu == nil || *mu != intstr.FromInt32(1) || pdb.Spec.Selector.MatchLabels["app.kubernetes.io/instance"] != name {
-		t.Errorf("PodDisruptionBudget %s: maxUnavailable %v selector %v, want 1 and this instance's pods", dep, mu, pdb.Spec.Selector)
+	if marker.Data["version"] != next {
+		t.Errorf("ConfigMap %s data %v, want version %s", marker.Name, marker.Data, next)
 	}
 	waitEvents(t, ns, after.swa.UID, corev1.EventTypeNormal, "Upgrading", 1, diag)
 	n, seen, err := operatorEvents(ctx, ns, after.swa.UID, corev1.EventTypeNormal, "Upgrading")
-	if err != nil || n != 1 || !strings.Contains(seen, "upgrading from 1.0.0 to 1.1.0") {
-		t.Errorf("want one Upgrading event from 1.0.0 to 1.1.0 (err %v): %s", err, seen)
+	if want := "upgrading from " + stable + " to " + next; err != nil || n != 1 || !strings.Contains(seen, want) {
+		t.Errorf("want one Upgrading event %q (err %v): %s", want, err, seen)
 	}
 }
 
@@ -114,18 +114,21 @@ func TestChannelUpgrade(t *testing.T) {
 func TestBrokenVersionRollsBack(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	ns := restrictedNamespace(t, ctx)
+	ns := kit.Namespace(t, env.C, e2eNS)
 	const name, channel = "broken", "broken"
 	const upgradeTimeout = 10 * time.Second
 	dep := name + "-web"
 	diag := diagFor(ns)
+	// The broken version: the stable package plus a marker ConfigMap, with
+	// pods that never become Ready.
+	stable, brokenVersion := kit.ChannelVersion(t, "stable"), kit.NewVersion(t, 2)
 
-	writePackage(t, "1.1.0", brokenVersion, neverReadyPackage)
-	writeChannel(t, channel, "1.0.0")
+	kit.CopyPackage(t, env.channels, stable, brokenVersion, kit.MarkVersion(brokenVersion), neverReady)
+	kit.WriteChannel(t, env.channels, channel, stable)
 	createApp(t, ctx, ns, name, webappv1.SimpleWebAppSpec{
 		Replicas: ptr.To[int32](3), Channel: channel, UpgradeTimeout: &metav1.Duration{Duration: upgradeTimeout},
 	})
-	good := waitSettled(t, ns, name, 3, "1.0.0", diag)
+	good := waitSettled(t, ns, name, 3, stable, diag)
 	uid := good.swa.UID
 	sel, err := metav1.LabelSelectorAsSelector(good.dep.Spec.Selector)
 	if err != nil {
@@ -133,7 +136,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 	}
 
 	// From before the channel change until the rollback is complete.
-	serving := &servingProbe{ns: ns, selector: sel, goodHash: good.newestHash(), goodRS: good.newestRS.Name, want: 3}
+	serving := &servingProbe{ns: ns, selector: sel, good: stable, goodHash: good.newestHash(), goodRS: good.newestRS.Name, broken: brokenVersion, want: 3}
 	honesty := &readyHonesty{ns: ns, name: name, dep: dep}
 	samples := startSampler(ctx, 100*time.Millisecond, func(ctx context.Context) {
 		serving.sample(ctx)
@@ -141,9 +144,9 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 	})
 
 	written := time.Now()
-	writeChannel(t, channel, "1.0.0", brokenVersion)
+	kit.WriteChannel(t, env.channels, channel, stable, brokenVersion)
 	var upgrade webappv1.UpgradeStatus
-	pickup := waitFor(t, 30*time.Second, "status.version "+brokenVersion+" and status.upgrade from 1.0.0 to "+brokenVersion, diag,
+	pickup := kit.WaitFor(t, 30*time.Second, "status.version "+brokenVersion+" and status.upgrade from "+stable+" to "+brokenVersion,
 		func(ctx context.Context) (bool, string) {
 			var swa webappv1.SimpleWebApp
 			if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
@@ -155,17 +158,17 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 			}
 			upgrade = *st.Upgrade
 			return true, ""
-		})
+		}, env.waitOpts(diag))
 	upgradeSeen := time.Now()
 	t.Logf("channel change picked up: %s applied, upgrade %s -> %s started at %s, %s after the channel file was written",
 		brokenVersion, upgrade.From, upgrade.To, upgrade.StartedAt.UTC().Format(time.RFC3339), pickup.Round(time.Millisecond))
-	if upgrade.From != "1.0.0" || upgrade.To != brokenVersion {
-		t.Errorf("status.upgrade %+v, want from 1.0.0 to %s", upgrade, brokenVersion)
+	if upgrade.From != stable || upgrade.To != brokenVersion {
+		t.Errorf("status.upgrade %+v, want from %s to %s", upgrade, stable, brokenVersion)
 	}
 	waitEvents(t, ns, uid, corev1.EventTypeNormal, "Upgrading", 1, diag)
-	waitFor(t, 30*time.Second, "a pod of "+brokenVersion+" (label "+neverReadyLabel+") Running and not Ready", diag, func(ctx context.Context) (bool, string) {
+	kit.WaitFor(t, 30*time.Second, "a pod of "+brokenVersion+" (label "+cluster.NeverReadyLabel+") Running and not Ready", func(ctx context.Context) (bool, string) {
 		var pods corev1.PodList
-		if err := env.C.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{neverReadyLabel: "true"}); err != nil {
+		if err := env.C.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{cluster.NeverReadyLabel: "true"}); err != nil {
 			return false, err.Error()
 		}
 		var seen []string
@@ -176,37 +179,37 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 			seen = append(seen, fmt.Sprintf("%s %s ready=%t", p.Name, p.Status.Phase, podReady(p)))
 		}
 		return false, fmt.Sprintf("pods with the label: %v", seen)
-	})
+	}, env.waitOpts(diag))
 
 	var rolledBack webappv1.SimpleWebApp
-	waitFor(t, upgradeTimeout+30*time.Second, "the operator rolling back by itself: status.version 1.0.0, failedUpgrade.version "+brokenVersion+
-		", Ready=False and Stalled=True with reason RolledBack", diag, func(ctx context.Context) (bool, string) {
+	kit.WaitFor(t, upgradeTimeout+30*time.Second, "the operator rolling back by itself: status.version "+stable+", failedUpgrade.version "+brokenVersion+
+		", Ready=False and Stalled=True with reason RolledBack", func(ctx context.Context) (bool, string) {
 		if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &rolledBack); err != nil {
 			return false, err.Error()
 		}
 		st := rolledBack.Status
 		ready, stalled := condition(&rolledBack, webappv1.ConditionReady), condition(&rolledBack, webappv1.ConditionStalled)
-		done := st.Version == "1.0.0" && st.FailedUpgrade != nil && st.FailedUpgrade.Version == brokenVersion &&
+		done := st.Version == stable && st.FailedUpgrade != nil && st.FailedUpgrade.Version == brokenVersion &&
 			ready.Status == metav1.ConditionFalse && ready.Reason == "RolledBack" &&
 			stalled.Status == metav1.ConditionTrue && stalled.Reason == "RolledBack"
 		return done, fmt.Sprintf("status.version %q upgrade %+v failedUpgrade %+v Ready=%s/%s Stalled=%s/%s",
 			st.Version, st.Upgrade, st.FailedUpgrade, ready.Status, ready.Reason, stalled.Status, stalled.Reason)
-	})
+	}, env.waitOpts(diag))
 	fu := *rolledBack.Status.FailedUpgrade
-	t.Logf("rolled back to 1.0.0 %s after the upgrade was seen starting, %s after the channel file was written (upgradeTimeout %s; status startedAt %s, rolledBackAt %s): %s",
-		time.Since(upgradeSeen).Round(time.Millisecond), time.Since(written).Round(time.Millisecond), upgradeTimeout,
+	t.Logf("rolled back to %s %s after the upgrade was seen starting, %s after the channel file was written (upgradeTimeout %s; status startedAt %s, rolledBackAt %s): %s",
+		stable, time.Since(upgradeSeen).Round(time.Millisecond), time.Since(written).Round(time.Millisecond), upgradeTimeout,
 		upgrade.StartedAt.UTC().Format(time.RFC3339), fu.RolledBackAt.UTC().Format(time.RFC3339), fu.Message)
 	// Status times have whole seconds.
 	if d := fu.RolledBackAt.Sub(upgrade.StartedAt.Time); d < upgradeTimeout-time.Second {
 		t.Errorf("rolled back %s after the upgrade started, before upgradeTimeout %s", d, upgradeTimeout)
 	}
-	if st := rolledBack.Status; st.LastHealthyVersion != "1.0.0" || st.Upgrade != nil || fu.Generation != rolledBack.Generation || fu.ChannelRevision == "" {
-		t.Errorf("after the rollback: lastHealthyVersion %q upgrade %+v failedUpgrade %+v (generation %d), want 1.0.0, none, this generation and a channel revision",
-			st.LastHealthyVersion, st.Upgrade, fu, rolledBack.Generation)
+	if st := rolledBack.Status; st.LastHealthyVersion != stable || st.Upgrade != nil || fu.Generation != rolledBack.Generation || fu.ChannelRevision == "" {
+		t.Errorf("after the rollback: lastHealthyVersion %q upgrade %+v failedUpgrade %+v (generation %d), want %s, none, this generation and a channel revision",
+			st.LastHealthyVersion, st.Upgrade, fu, rolledBack.Generation, stable)
 	}
 	waitEvents(t, ns, uid, corev1.EventTypeWarning, "RolledBack", 1, diag)
 
-	restored := waitFor(t, timeout, "every pod back on 1.0.0's template "+serving.goodHash+" and Ready, no pod of "+brokenVersion+" left, its PodDisruptionBudget pruned", diag,
+	restored := kit.WaitFor(t, timeout, "every pod back on "+stable+"'s template "+serving.goodHash+" and Ready, no pod of "+brokenVersion+" left, its ConfigMap "+kit.MarkerName+" pruned",
 		func(ctx context.Context) (bool, string) {
 			a, err := observe(ctx, ns, name, dep)
 			if err != nil {
@@ -214,23 +217,23 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 			}
 			problems := a.rolledOut(3)
 			if a.newestHash() != serving.goodHash {
-				problems = append(problems, fmt.Sprintf("newest template %q, want 1.0.0's %s", a.newestHash(), serving.goodHash))
+				problems = append(problems, fmt.Sprintf("newest template %q, want %s's %s", a.newestHash(), stable, serving.goodHash))
 			}
-			if _, ok := a.dep.Spec.Template.Labels[neverReadyLabel]; ok {
-				problems = append(problems, "the Deployment's pod template still has "+neverReadyLabel)
+			if _, ok := a.dep.Spec.Template.Labels[cluster.NeverReadyLabel]; ok {
+				problems = append(problems, "the Deployment's pod template still has "+cluster.NeverReadyLabel)
 			}
-			if _, err := getPDB(ctx, ns, dep); !apierrors.IsNotFound(err) {
-				problems = append(problems, fmt.Sprintf("PodDisruptionBudget %s of %s not pruned (err %v)", dep, brokenVersion, err))
+			if _, err := getMarker(ctx, ns, name); !apierrors.IsNotFound(err) {
+				problems = append(problems, fmt.Sprintf("ConfigMap %s-%s of %s not pruned (err %v)", name, kit.MarkerName, brokenVersion, err))
 			}
 			return len(problems) == 0, strings.Join(problems, "; ") + "\n" + a.String()
-		})
-	t.Logf("all pods on 1.0.0's template %s and Ready %s after the rollback was seen", serving.goodHash, restored.Round(time.Millisecond))
+		}, env.waitOpts(diag))
+	t.Logf("all pods on %s's template %s and Ready %s after the rollback was seen", stable, serving.goodHash, restored.Round(time.Millisecond))
 	samples.stop()
 	serving.check(t)
 	honesty.check(t)
 
 	// Not retried in a loop: the spec and the channel stay the same, so the
-	// operator keeps 1.0.0 however often it reconciles (each poke of the
+	// operator keeps the stable version however often it reconciles (each poke of the
 	// Deployment makes it reconcile).
 	t.Run("not-retried", func(t *testing.T) {
 		var base appsv1.Deployment
@@ -243,7 +246,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 		}
 		pokes, polls := 0, 0
 		window := 2 * upgradeTimeout
-		holdsFor(t, window, 500*time.Millisecond, "1.0.0 kept after the rollback: pod template, Deployment generation, status, no new Upgrading event", diag,
+		kit.HoldsFor(t, window, stable+" kept after the rollback: pod template, Deployment generation, status, no new Upgrading event",
 			func(ctx context.Context) (bool, string) {
 				if polls%4 == 0 {
 					if err := pokeDeployment(ctx, ns, dep, pokes); err != nil {
@@ -260,12 +263,12 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 				if a.dep.Generation != base.Generation {
 					problems = append(problems, fmt.Sprintf("Deployment generation %d, was %d", a.dep.Generation, base.Generation))
 				}
-				if _, ok := a.dep.Spec.Template.Labels[neverReadyLabel]; ok || a.newestHash() != serving.goodHash {
-					problems = append(problems, fmt.Sprintf("pod template %s (never-ready label %t), want 1.0.0's %s", a.newestHash(), ok, serving.goodHash))
+				if _, ok := a.dep.Spec.Template.Labels[cluster.NeverReadyLabel]; ok || a.newestHash() != serving.goodHash {
+					problems = append(problems, fmt.Sprintf("pod template %s (never-ready label %t), want %s's %s", a.newestHash(), ok, stable, serving.goodHash))
 				}
 				st := a.swa.Status
 				ready := condition(&a.swa, webappv1.ConditionReady)
-				if st.Version != "1.0.0" || st.Upgrade != nil || st.FailedUpgrade == nil || st.FailedUpgrade.Version != brokenVersion || ready.Reason != "RolledBack" {
+				if st.Version != stable || st.Upgrade != nil || st.FailedUpgrade == nil || st.FailedUpgrade.Version != brokenVersion || ready.Reason != "RolledBack" {
 					problems = append(problems, fmt.Sprintf("status.version %q upgrade %+v failedUpgrade %+v Ready %s/%s",
 						st.Version, st.Upgrade, st.FailedUpgrade, ready.Status, ready.Reason))
 				}
@@ -273,62 +276,60 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 					problems = append(problems, fmt.Sprintf("Upgrading events (err %v): %s", err, seen))
 				}
 				return len(problems) == 0, strings.Join(problems, "; ")
-			})
-		t.Logf("1.0.0 kept for %s (2x upgradeTimeout) after the rollback: %d polls, %d reconciles provoked by poking the Deployment, no new Upgrading event",
-			window, polls, pokes)
+			}, env.waitOpts(diag), kit.Every(500*time.Millisecond))
+		t.Logf("%s kept for %s (2x upgradeTimeout) after the rollback: %d polls, %d reconciles provoked by poking the Deployment, no new Upgrading event",
+			stable, window, polls, pokes)
 	})
 
 	// A spec change is a new input: the operator tries the version again
 	// (and, as it still never becomes Ready, rolls it back again).
 	t.Run("retried-after-spec-change", func(t *testing.T) {
-		patchApp(t, ctx, ns, name, `{"spec":{"message":"Try 1.2.0 again"}}`)
+		patchApp(t, ctx, ns, name, `{"spec":{"message":"Try the broken version again"}}`)
 		var swa webappv1.SimpleWebApp
-		retry := waitFor(t, 30*time.Second, "status.upgrade from 1.0.0 to "+brokenVersion+" for the new generation", diag, func(ctx context.Context) (bool, string) {
+		retry := kit.WaitFor(t, 30*time.Second, "status.upgrade from "+stable+" to "+brokenVersion+" for the new generation", func(ctx context.Context) (bool, string) {
 			if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 				return false, err.Error()
 			}
 			st := swa.Status
 			done := swa.Generation > rolledBack.Generation && st.ObservedGeneration == swa.Generation &&
-				st.Version == brokenVersion && st.Upgrade != nil && st.Upgrade.From == "1.0.0" && st.Upgrade.To == brokenVersion
+				st.Version == brokenVersion && st.Upgrade != nil && st.Upgrade.From == stable && st.Upgrade.To == brokenVersion
 			return done, fmt.Sprintf("generation %d observed %d, status.version %q upgrade %+v", swa.Generation, st.ObservedGeneration, st.Version, st.Upgrade)
-		})
+		}, env.waitOpts(diag))
 		t.Logf("retry of %s started %s after the spec change", brokenVersion, retry.Round(time.Millisecond))
 		waitEvents(t, ns, uid, corev1.EventTypeNormal, "Upgrading", 2, diag)
 
 		retried := time.Now()
-		waitFor(t, upgradeTimeout+30*time.Second, "the retry rolled back for the new generation", diag, func(ctx context.Context) (bool, string) {
+		kit.WaitFor(t, upgradeTimeout+30*time.Second, "the retry rolled back for the new generation", func(ctx context.Context) (bool, string) {
 			a, err := observe(ctx, ns, name, dep)
 			if err != nil {
 				return false, err.Error()
 			}
 			st := a.swa.Status
 			problems := a.rolledOut(3)
-			if st.Version != "1.0.0" || st.FailedUpgrade == nil || st.FailedUpgrade.Generation != swa.Generation || st.FailedUpgrade.Version != brokenVersion {
-				problems = append(problems, fmt.Sprintf("status.version %q failedUpgrade %+v, want 1.0.0 and %s failed for generation %d",
-					st.Version, st.FailedUpgrade, brokenVersion, swa.Generation))
+			if st.Version != stable || st.FailedUpgrade == nil || st.FailedUpgrade.Generation != swa.Generation || st.FailedUpgrade.Version != brokenVersion {
+				problems = append(problems, fmt.Sprintf("status.version %q failedUpgrade %+v, want %s and %s failed for generation %d",
+					st.Version, st.FailedUpgrade, stable, brokenVersion, swa.Generation))
 			}
-			if _, ok := a.dep.Spec.Template.Labels[neverReadyLabel]; ok {
-				problems = append(problems, "the Deployment's pod template still has "+neverReadyLabel)
+			if _, ok := a.dep.Spec.Template.Labels[cluster.NeverReadyLabel]; ok {
+				problems = append(problems, "the Deployment's pod template still has "+cluster.NeverReadyLabel)
 			}
 			return len(problems) == 0, strings.Join(problems, "; ") + "\n" + a.String()
-		})
-		t.Logf("retry rolled back again, pods Ready on 1.0.0 with the new message, %s after it started", time.Since(retried).Round(time.Millisecond))
+		}, env.waitOpts(diag))
+		t.Logf("retry rolled back again, pods Ready on %s with the new message, %s after it started", stable, time.Since(retried).Round(time.Millisecond))
 		waitEvents(t, ns, uid, corev1.EventTypeWarning, "RolledBack", 2, diag)
 	})
 }
 
-// neverReadyPackage turns a copy of 1.1.0 into the broken version: a
-// kustomize patch puts neverReadyLabel on the pod template, so kwok runs its
-// pods without ever making them Ready.
-func neverReadyPackage(name, content string) string {
-	if name != "kustomization.yaml" {
-		return content
+// neverReady is a kit.Edit that makes a copied package the broken version:
+// a kustomize patch puts cluster.NeverReadyLabel on the pod template, so kwok
+// (cluster.NeverReadyStage) runs its pods without ever making them Ready.
+func neverReady(files map[string]string) error {
+	k := files["kustomization.yaml"]
+	if strings.Contains(k, "\npatches:") {
+		return errors.New("kustomization.yaml has patches already; merge the never-ready patch into them")
 	}
-	if strings.Contains(content, "\npatches:") {
-		panic("kustomization.yaml of 1.1.0 has patches already; merge the never-ready patch into them")
-	}
-	return "# e2e: 1.1.0 whose pods never become Ready on the test cluster (kwok stage for " + neverReadyLabel + ").\n" +
-		content + `patches:
+	files["kustomization.yaml"] = "# A test version whose pods never become Ready on the test cluster (kwok stage for " + cluster.NeverReadyLabel + ").\n" +
+		k + `patches:
 - target: {kind: Deployment, name: web}
   patch: |
     apiVersion: apps/v1
@@ -339,8 +340,9 @@ func neverReadyPackage(name, content string) string {
       template:
         metadata:
           labels:
-            ` + neverReadyLabel + `: "true"
+            ` + cluster.NeverReadyLabel + `: "true"
 `
+	return nil
 }
 
 // servingProbe samples an app's pods during a failed upgrade: how many pods
@@ -349,6 +351,7 @@ func neverReadyPackage(name, content string) string {
 type servingProbe struct {
 	ns               string
 	selector         labels.Selector
+	good, broken     string // the versions
 	goodHash, goodRS string
 	want             int
 
@@ -374,7 +377,7 @@ func (s *servingProbe) sample(ctx context.Context) {
 	ready := 0
 	var broken, brokenRunning, brokenReady int
 	for _, p := range pods.Items {
-		if p.Labels[neverReadyLabel] == "true" {
+		if p.Labels[cluster.NeverReadyLabel] == "true" {
 			broken++
 			if p.Status.Phase == corev1.PodRunning {
 				brokenRunning++
@@ -408,46 +411,49 @@ func (s *servingProbe) sample(ctx context.Context) {
 
 func (s *servingProbe) check(t *testing.T) {
 	t.Helper()
-	t.Logf("serving during the failed upgrade: %d samples (%d failed reads): at least %d Ready pods of 1.0.0's template and %d available in ReplicaSet %s; "+
+	t.Logf("serving during the failed upgrade: %d samples (%d failed reads): at least %d Ready pods of %s's template and %d available in ReplicaSet %s; "+
 		"pods of %s seen in %d samples, Running in %d, Ready in %d",
-		s.samples, s.errs, s.minReady, s.minAvailable, s.goodRS, brokenVersion, s.brokenSeen, s.brokenRunning, s.brokenUp)
+		s.samples, s.errs, s.minReady, s.good, s.minAvailable, s.goodRS, s.broken, s.brokenSeen, s.brokenRunning, s.brokenUp)
 	if s.samples-s.errs < 10 {
 		t.Errorf("only %d good samples", s.samples-s.errs)
 	}
 	if len(s.drops) > 0 {
-		t.Errorf("the app did not keep serving with %d pods of 1.0.0 (or a never-ready pod was Ready) in %d samples:\n%s",
-			s.want, len(s.drops), strings.Join(s.drops, "\n"))
+		t.Errorf("the app did not keep serving with %d pods of %s (or a never-ready pod was Ready) in %d samples:\n%s",
+			s.want, s.good, len(s.drops), strings.Join(s.drops, "\n"))
 	}
 	if s.brokenRunning == 0 {
-		t.Errorf("no sample saw a pod of %s Running: the upgrade was not exercised", brokenVersion)
+		t.Errorf("no sample saw a pod of %s Running: the upgrade was not exercised", s.broken)
 	}
 }
 
 // TestPinnedVersionStays moves the channel of an app pinned with
-// spec.version: it stays on its version, while an app following the same
-// channel moves; un-pinned, it follows the channel too.
+// spec.version to the stable version: it stays on its version, while an app
+// following the same channel moves to a newer one; un-pinned, it follows the
+// channel too.
 func TestPinnedVersionStays(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	ns := restrictedNamespace(t, ctx)
+	ns := kit.Namespace(t, env.C, e2eNS)
 	const channel = "pinned"
 	const pinnedName, followerName = "pinned", "follower"
 	pinnedDep := pinnedName + "-web"
 	diag := diagFor(ns)
+	stable, next := kit.ChannelVersion(t, "stable"), kit.NewVersion(t, 3)
 
-	writeChannel(t, channel, "1.0.0")
-	createApp(t, ctx, ns, pinnedName, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](2), Channel: channel, Version: "1.0.0"})
+	kit.CopyPackage(t, env.channels, stable, next, kit.MarkVersion(next))
+	kit.WriteChannel(t, env.channels, channel, stable)
+	createApp(t, ctx, ns, pinnedName, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](2), Channel: channel, Version: stable})
 	createApp(t, ctx, ns, followerName, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](1), Channel: channel})
-	pinned := waitSettled(t, ns, pinnedName, 2, "1.0.0", diag)
-	waitSettled(t, ns, followerName, 1, "1.0.0", diag)
+	pinned := waitSettled(t, ns, pinnedName, 2, stable, diag)
+	waitSettled(t, ns, followerName, 1, stable, diag)
 	if pinned.swa.Status.Channel != "" {
 		t.Errorf("pinned app: status.channel %q, want empty (not resolved through a channel)", pinned.swa.Status.Channel)
 	}
 
 	written := time.Now()
-	writeChannel(t, channel, "1.0.0", "1.1.0")
-	waitSettled(t, ns, followerName, 1, "1.1.0", diag)
-	t.Logf("the app following channel %q moved to 1.1.0 %s after the channel file was written", channel, time.Since(written).Round(time.Millisecond))
+	kit.WriteChannel(t, env.channels, channel, stable, next)
+	waitSettled(t, ns, followerName, 1, next, diag)
+	t.Logf("the app following channel %q moved to %s %s after the channel file was written", channel, next, time.Since(written).Round(time.Millisecond))
 
 	// Make the operator reconcile the pinned app under the new channel
 	// content, then watch it for several poll intervals of the channel watcher.
@@ -455,37 +461,37 @@ func TestPinnedVersionStays(t *testing.T) {
 		t.Fatal(err)
 	}
 	window := 6 * channelsPollInterval
-	polls := holdsFor(t, window, channelsPollInterval/2, "the pinned app on 1.0.0, Ready, its Deployment untouched", diag,
+	polls := kit.HoldsFor(t, window, "the pinned app on "+stable+", Ready, its Deployment untouched",
 		func(ctx context.Context) (bool, string) {
 			a, err := observe(ctx, ns, pinnedName, pinnedDep)
 			if err != nil {
 				return false, err.Error()
 			}
-			ok, seen := a.settledOn(2, "1.0.0")
+			ok, seen := a.settledOn(2, stable)
 			if a.dep.Generation != pinned.dep.Generation || a.newestHash() != pinned.newestHash() {
 				ok, seen = false, fmt.Sprintf("Deployment generation %d template %s, was %d and %s\n%s",
 					a.dep.Generation, a.newestHash(), pinned.dep.Generation, pinned.newestHash(), seen)
 			}
-			if _, err := getPDB(ctx, ns, pinnedDep); !apierrors.IsNotFound(err) {
-				ok, seen = false, fmt.Sprintf("PodDisruptionBudget %s of 1.1.0 (err %v)\n%s", pinnedDep, err, seen)
+			if _, err := getMarker(ctx, ns, pinnedName); !apierrors.IsNotFound(err) {
+				ok, seen = false, fmt.Sprintf("ConfigMap %s-%s of %s (err %v)\n%s", pinnedName, kit.MarkerName, next, err, seen)
 			}
 			return ok, seen
-		})
-	t.Logf("pinned app stayed on 1.0.0 with Deployment generation %d for %s (%d polls) after the channel moved", pinned.dep.Generation, window, polls)
+		}, env.waitOpts(diag), kit.Every(channelsPollInterval/2))
+	t.Logf("pinned app stayed on %s with Deployment generation %d for %s (%d polls) after the channel moved", stable, pinned.dep.Generation, window, polls)
 
 	unpinned := time.Now()
 	patchApp(t, ctx, ns, pinnedName, `{"spec":{"version":null}}`)
-	moved := waitSettled(t, ns, pinnedName, 2, "1.1.0", diag)
-	t.Logf("un-pinned app moved to 1.1.0 and Ready %s after spec.version was removed", time.Since(unpinned).Round(time.Millisecond))
-	if moved.swa.Status.Channel != channel || moved.swa.Spec.Version != "" || moved.swa.Status.LastHealthyVersion != "1.1.0" {
-		t.Errorf("spec.version %q status.channel %q lastHealthyVersion %q, want none, %s, 1.1.0",
-			moved.swa.Spec.Version, moved.swa.Status.Channel, moved.swa.Status.LastHealthyVersion, channel)
+	moved := waitSettled(t, ns, pinnedName, 2, next, diag)
+	t.Logf("un-pinned app moved to %s and Ready %s after spec.version was removed", next, time.Since(unpinned).Round(time.Millisecond))
+	if moved.swa.Status.Channel != channel || moved.swa.Spec.Version != "" || moved.swa.Status.LastHealthyVersion != next {
+		t.Errorf("spec.version %q status.channel %q lastHealthyVersion %q, want none, %s, %s",
+			moved.swa.Spec.Version, moved.swa.Status.Channel, moved.swa.Status.LastHealthyVersion, channel, next)
 	}
 	if moved.newestHash() == pinned.newestHash() {
-		t.Errorf("pod template %s unchanged after moving to 1.1.0", moved.newestHash())
+		t.Errorf("pod template %s unchanged after moving to %s", moved.newestHash(), next)
 	}
-	if _, err := getPDB(ctx, ns, pinnedDep); err != nil {
-		t.Errorf("1.1.0 with 2 replicas: PodDisruptionBudget %s: %v", pinnedDep, err)
+	if _, err := getMarker(ctx, ns, pinnedName); err != nil {
+		t.Errorf("%s: ConfigMap %s-%s: %v", next, pinnedName, kit.MarkerName, err)
 	}
 }
 
@@ -495,14 +501,15 @@ func TestPinnedVersionStays(t *testing.T) {
 func TestMalformedChannelFile(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	ns := restrictedNamespace(t, ctx)
+	ns := kit.Namespace(t, env.C, e2eNS)
 	const name, channel = "malformed", "malformed"
 	dep := name + "-web"
 	diag := diagFor(ns)
+	stable := kit.ChannelVersion(t, "stable")
 
-	writeChannel(t, channel, "1.0.0")
+	kit.WriteChannel(t, env.channels, channel, stable)
 	createApp(t, ctx, ns, name, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](2), Channel: channel})
-	good := waitSettled(t, ns, name, 2, "1.0.0", diag)
+	good := waitSettled(t, ns, name, 2, stable, diag)
 	uid := good.swa.UID
 	untouched := resourceVersions(t, ctx, ns, name)
 	if _, ok := untouched["Deployment/"+dep]; !ok {
@@ -511,7 +518,7 @@ func TestMalformedChannelFile(t *testing.T) {
 
 	for _, bad := range []struct{ what, content string }{
 		{"not YAML", "manifests: [oops\n"},
-		{"an unknown field", "manifests:\n- name: simplewebapp\n  version: 1.0.0\n  oops: true\n"},
+		{"an unknown field", "manifests:\n- name: simplewebapp\n  version: " + stable + "\n  oops: true\n"},
 	} {
 		t.Run(strings.ReplaceAll(bad.what, " ", "-"), func(t *testing.T) {
 			events, _, err := operatorEvents(ctx, ns, uid, corev1.EventTypeWarning, "ChannelInvalid")
@@ -519,8 +526,8 @@ func TestMalformedChannelFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			written := time.Now()
-			writeChannelsFile(t, channel, bad.content)
-			stalled := waitFor(t, 30*time.Second, "Stalled=True and Ready=False with reason ChannelInvalid", diag, func(ctx context.Context) (bool, string) {
+			kit.WriteChannelFile(t, env.channels, channel, bad.content)
+			stalled := kit.WaitFor(t, 30*time.Second, "Stalled=True and Ready=False with reason ChannelInvalid", func(ctx context.Context) (bool, string) {
 				var swa webappv1.SimpleWebApp
 				if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 					return false, err.Error()
@@ -528,27 +535,27 @@ func TestMalformedChannelFile(t *testing.T) {
 				s, r := condition(&swa, webappv1.ConditionStalled), condition(&swa, webappv1.ConditionReady)
 				done := s.Status == metav1.ConditionTrue && s.Reason == "ChannelInvalid" && r.Status == metav1.ConditionFalse && r.Reason == "ChannelInvalid"
 				return done, fmt.Sprintf("Stalled=%s/%s (%s) Ready=%s/%s", s.Status, s.Reason, s.Message, r.Status, r.Reason)
-			})
+			}, env.waitOpts(diag))
 			t.Logf("channel file with %s: Stalled/ChannelInvalid %s after it was written", bad.what, stalled.Round(time.Millisecond))
 			waitEvents(t, ns, uid, corev1.EventTypeWarning, "ChannelInvalid", events+1, diag)
 
-			polls := holdsFor(t, 4*channelsPollInterval, channelsPollInterval/2, "the app stalled on 1.0.0 with its objects untouched", diag,
+			polls := kit.HoldsFor(t, 4*channelsPollInterval, "the app stalled on "+stable+" with its objects untouched",
 				func(ctx context.Context) (bool, string) {
 					var swa webappv1.SimpleWebApp
 					if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 						return false, err.Error()
 					}
 					s := condition(&swa, webappv1.ConditionStalled)
-					if s.Status != metav1.ConditionTrue || s.Reason != "ChannelInvalid" || swa.Status.Version != "1.0.0" {
+					if s.Status != metav1.ConditionTrue || s.Reason != "ChannelInvalid" || swa.Status.Version != stable {
 						return false, fmt.Sprintf("Stalled=%s/%s status.version %q", s.Status, s.Reason, swa.Status.Version)
 					}
 					return sameResourceVersions(ctx, ns, name, untouched)
-				})
+				}, env.waitOpts(diag), kit.Every(channelsPollInterval/2))
 			t.Logf("objects untouched while stalled (%d polls over %s)", polls, 4*channelsPollInterval)
 
 			fixed := time.Now()
-			writeChannel(t, channel, "1.0.0")
-			waitSettled(t, ns, name, 2, "1.0.0", diag)
+			kit.WriteChannel(t, env.channels, channel, stable)
+			waitSettled(t, ns, name, 2, stable, diag)
 			t.Logf("fixed channel file: Ready again %s after it was written (%s since the bad file)",
 				time.Since(fixed).Round(time.Millisecond), time.Since(written).Round(time.Millisecond))
 			var swa webappv1.SimpleWebApp
@@ -621,7 +628,8 @@ func sameResourceVersions(ctx context.Context, ns, name string, want map[string]
 	return len(diffs) == 0, "objects changed: " + strings.Join(diffs, "; ")
 }
 
-func getPDB(ctx context.Context, ns, name string) (*policyv1.PodDisruptionBudget, error) {
-	pdb := &policyv1.PodDisruptionBudget{}
-	return pdb, env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, pdb)
+// getMarker reads the ConfigMap kit.MarkVersion adds, of the app name.
+func getMarker(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	cm := &corev1.ConfigMap{}
+	return cm, env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-" + kit.MarkerName}, cm)
 }

@@ -7,7 +7,8 @@
 //
 // Setup starts the cluster and builds the operator meanwhile;
 // SetUpOperatorIdentity and NewServiceAccount make the identities; Start runs
-// an operator process; Kubectl runs the cluster's kubectl.
+// an operator process; Kubectl runs the cluster's kubectl. Waits come from
+// tests/kit.
 package operatortest
 
 import (

@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 // Kubectl runs the cluster's kubectl, never the one on PATH.
@@ -61,7 +63,7 @@ type CanIWant struct {
 // binding just created may take a moment to count.
 func (k *Kubectl) WaitCanI(ctx context.Context, timeout time.Duration, checks ...CanIWant) error {
 	for _, c := range checks {
-		_, last, err := Poll(ctx, 100*time.Millisecond, timeout, func(context.Context) (bool, string, error) {
+		_, last, err := kit.Poll(ctx, 100*time.Millisecond, timeout, func(context.Context) (bool, string, error) {
 			answer, _ := k.CanI(c.Kubeconfig, c.Args...)
 			return answer == c.Want, answer, nil
 		})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 // Config configures Start.
@@ -107,7 +108,7 @@ func (op *Operator) Exited() (bool, error) {
 func (op *Operator) WaitReady(ctx context.Context, timeout time.Duration) error {
 	url := "http://" + op.probeAddr + "/readyz"
 	hc := &http.Client{Timeout: 2 * time.Second}
-	_, seen, err := Poll(ctx, 100*time.Millisecond, timeout, func(context.Context) (bool, string, error) {
+	_, seen, err := kit.Poll(ctx, 100*time.Millisecond, timeout, func(context.Context) (bool, string, error) {
 		if exited, err := op.Exited(); exited {
 			return false, "", fmt.Errorf("operator %s exited: %v", op.name, err)
 		}
