@@ -10,22 +10,23 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/kit"
 	"example.com/simplewebapp-operator/tests/operatortest"
 )
 
@@ -190,7 +191,9 @@ func (op *operator) metrics() (samples, error) {
 	return parseSamples(body)
 }
 
-// sample is one line of the Prometheus text format.
+// sample is one sample of the Prometheus text format: a metric name (with
+// _bucket, _sum and _count for histograms and summaries), its labels and
+// value.
 type sample struct {
 	name   string
 	labels map[string]string
@@ -199,78 +202,36 @@ type sample struct {
 
 type samples []sample
 
-// parseSamples parses the Prometheus text exposition format (version 0.0.4),
-// which is what promhttp serves without content negotiation.
+// parseSamples parses the Prometheus text exposition format, which is what
+// promhttp serves without content negotiation, with Prometheus' own parser
+// (expfmt), into samples as Prometheus would ingest them.
 func parseSamples(body string) (samples, error) {
-	var out samples
-	for _, line := range strings.Split(body, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		s := sample{labels: map[string]string{}}
-		rest := line
-		if i := strings.IndexAny(line, "{ "); i >= 0 {
-			s.name, rest = line[:i], line[i:]
-		}
-		if strings.HasPrefix(rest, "{") {
-			end := strings.LastIndex(rest, "}")
-			if end < 0 {
-				return nil, fmt.Errorf("bad sample line %q", line)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	fams := make([]*dto.MetricFamily, 0, len(families))
+	for _, f := range families {
+		fams = append(fams, f)
+	}
+	vec, err := expfmt.ExtractSamples(&expfmt.DecodeOptions{Timestamp: model.Now()}, fams...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(samples, 0, len(vec))
+	for _, v := range vec {
+		s := sample{labels: map[string]string{}, value: float64(v.Value)}
+		for k, val := range v.Metric {
+			if k == model.MetricNameLabel {
+				s.name = string(val)
+			} else {
+				s.labels[string(k)] = string(val)
 			}
-			for _, kv := range splitLabels(rest[1:end]) {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok {
-					return nil, fmt.Errorf("bad label %q in %q", kv, line)
-				}
-				uq, err := strconv.Unquote(v)
-				if err != nil {
-					return nil, fmt.Errorf("bad label value %q in %q: %v", v, line, err)
-				}
-				s.labels[k] = uq
-			}
-			rest = rest[end+1:]
 		}
-		fields := strings.Fields(rest)
-		if s.name == "" || len(fields) == 0 {
-			return nil, fmt.Errorf("bad sample line %q", line)
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			return nil, fmt.Errorf("bad value in %q: %v", line, err)
-		}
-		s.value = v
 		out = append(out, s)
 	}
 	return out, nil
-}
-
-// splitLabels splits `a="x",b="y,z"` at the commas outside quotes.
-func splitLabels(s string) []string {
-	var parts []string
-	var cur strings.Builder
-	inQuote, escaped := false, false
-	for _, r := range s {
-		switch {
-		case escaped:
-			escaped = false
-		case r == '\\' && inQuote:
-			escaped = true
-		case r == '"':
-			inQuote = !inQuote
-		case r == ',' && !inQuote:
-			if cur.Len() > 0 {
-				parts = append(parts, cur.String())
-			}
-			cur.Reset()
-			continue
-		}
-		cur.WriteRune(r)
-	}
-	if cur.Len() > 0 {
-		parts = append(parts, cur.String())
-	}
-	return parts
 }
 
 // get returns the value of the sample name whose labels include want, and
@@ -308,34 +269,6 @@ func (ss samples) names() map[string]map[string]bool {
 	return out
 }
 
-// waitFor polls cond every 50ms until it is done, for at most timeout, and
-// returns how long that took. On timeout the test fails with what it waited
-// for and the last thing cond saw.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (done bool, seen string)) time.Duration {
-	t.Helper()
-	took, seen, err := operatortest.Poll(t.Context(), 50*time.Millisecond, timeout, func(ctx context.Context) (bool, string, error) {
-		done, seen := cond(ctx)
-		return done, seen, nil
-	})
-	if err != nil {
-		t.Fatalf("waiting %s for %s: %v\nlast seen: %s", took.Round(time.Millisecond), what, err, seen)
-	}
-	return took
-}
-
-// newNamespace creates a namespace for one test's SimpleWebApps and deletes
-// it (without waiting) when the test ends, so later operators have less to
-// reconcile.
-func newNamespace(t *testing.T, name string) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	if err := env.C.Create(t.Context(), ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.C.Delete(context.Background(), ns) })
-	return name
-}
-
 func newApp(ns, name string, replicas int32, version string) *webappv1.SimpleWebApp {
 	return &webappv1.SimpleWebApp{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -348,21 +281,18 @@ func newApp(ns, name string, replicas int32, version string) *webappv1.SimpleWeb
 func updateApp(t *testing.T, ns, name string, mutate func(*webappv1.SimpleWebApp)) int64 {
 	t.Helper()
 	var gen int64
-	err := wait.PollUntilContextTimeout(t.Context(), 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	kit.WaitFor(t, 30*time.Second, fmt.Sprintf("an update of SimpleWebApp %s/%s", ns, name), func(ctx context.Context) (bool, string) {
 		swa := &webappv1.SimpleWebApp{}
 		if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swa); err != nil {
-			return false, err
+			t.Fatalf("reading SimpleWebApp %s/%s: %v", ns, name, err)
 		}
 		mutate(swa)
 		if err := env.C.Update(ctx, swa); err != nil {
-			return false, nil // conflict with the operator's status/label writes
+			return false, err.Error() // a conflict with the operator's status/label writes
 		}
 		gen = swa.Generation
-		return true, nil
+		return true, ""
 	})
-	if err != nil {
-		t.Fatalf("updating SimpleWebApp %s/%s: %v", ns, name, err)
-	}
 	return gen
 }
 
@@ -386,7 +316,7 @@ func appState(ctx context.Context, ns, name string, gen int64, version string) (
 // is applied and Ready.
 func waitAppReady(t *testing.T, ns, name string, gen int64, version string) time.Duration {
 	t.Helper()
-	return waitFor(t, 3*time.Minute, fmt.Sprintf("SimpleWebApp %s/%s generation %d Ready (version %q)", ns, name, gen, version),
+	return kit.WaitFor(t, 3*time.Minute, fmt.Sprintf("SimpleWebApp %s/%s generation %d Ready (version %q)", ns, name, gen, version),
 		func(ctx context.Context) (bool, string) { return appState(ctx, ns, name, gen, version) })
 }
 

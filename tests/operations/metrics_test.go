@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/kit"
 	"example.com/simplewebapp-operator/tests/operatortest"
 )
 
@@ -22,14 +23,14 @@ import (
 // scrape, that the operator's metrics move with what it does, and that the
 // dashboard and alerts in config/prometheus use only metrics it serves.
 func TestMetrics(t *testing.T) {
-	ns := newNamespace(t, "ops-metrics")
+	ns := kit.Namespace(t, env.C, kit.NS{Name: "ops-metrics"})
 	// With leader election, as deployed: leader_election_master_status is
 	// served, and the controller's metrics only by the leader.
 	op := startOperator(t, "metrics", "--leader-elect=true", "--leader-election-namespace="+operatortest.Namespace)
 	op.waitReady(t)
 
 	// The metrics server starts with the manager; wait until it answers.
-	waitFor(t, time.Minute, "the metrics endpoint "+op.metricsAddr+" to answer", func(context.Context) (bool, string) {
+	kit.WaitFor(t, time.Minute, "the metrics endpoint "+op.metricsAddr+" to answer", func(context.Context) (bool, string) {
 		code, body, err := op.scrape(env.scraper.Token)
 		if err != nil {
 			return false, err.Error()
@@ -69,12 +70,18 @@ func TestMetrics(t *testing.T) {
 	succeeded0, _ := ss.get("simplewebapp_upgrades_total", map[string]string{"result": "succeeded"})
 
 	// A SimpleWebApp is applied: applies succeed, it becomes Ready (gauge 1),
-	// its objects are counted.
-	app := newApp(ns, "metrics-app", 2, "1.0.0")
+	// its objects are counted. It is pinned to the oldest package version, to
+	// be upgraded to the newest.
+	versions := kit.Versions(t)
+	if len(versions) < 2 {
+		t.Fatalf("package versions %v: an upgrade needs two", versions)
+	}
+	from, to := versions[0], versions[len(versions)-1]
+	app := newApp(ns, "metrics-app", 2, from)
 	if err := env.C.Create(t.Context(), app); err != nil {
 		t.Fatal(err)
 	}
-	waitAppReady(t, ns, app.Name, 1, "1.0.0")
+	waitAppReady(t, ns, app.Name, 1, from)
 	key := map[string]string{"namespace": ns, "name": app.Name}
 	waitMetrics(t, op, "the first apply of "+app.Name, func(ss samples) (bool, string) {
 		success, _ := ss.get("simplewebapp_applies_total", map[string]string{"result": "success"})
@@ -85,10 +92,10 @@ func TestMetrics(t *testing.T) {
 			fmt.Sprintf("applies_total{success} %v (was %v), ready %v (present %t), objects_applied %v (inventory %d)", success, success0, ready, hasReady, objects, want)
 	})
 
-	// An upgrade to 1.1.0 (which adds a PodDisruptionBudget for 2 replicas).
-	gen := updateApp(t, ns, app.Name, func(swa *webappv1.SimpleWebApp) { swa.Spec.Version = "1.1.0" })
-	waitAppReady(t, ns, app.Name, gen, "1.1.0")
-	waitMetrics(t, op, "the upgrade of "+app.Name+" to 1.1.0", func(ss samples) (bool, string) {
+	// An upgrade to the newest version.
+	gen := updateApp(t, ns, app.Name, func(swa *webappv1.SimpleWebApp) { swa.Spec.Version = to })
+	waitAppReady(t, ns, app.Name, gen, to)
+	waitMetrics(t, op, "the upgrade of "+app.Name+" to "+to, func(ss samples) (bool, string) {
 		started, _ := ss.get("simplewebapp_upgrades_total", map[string]string{"result": "started"})
 		succeeded, _ := ss.get("simplewebapp_upgrades_total", map[string]string{"result": "succeeded"})
 		ready, _ := ss.get("simplewebapp_ready", key)
@@ -157,7 +164,7 @@ func TestMetrics(t *testing.T) {
 // waitMetrics scrapes until cond holds.
 func waitMetrics(t *testing.T, op *operator, what string, cond func(samples) (bool, string)) {
 	t.Helper()
-	waitFor(t, 2*time.Minute, "metrics: "+what, func(context.Context) (bool, string) {
+	kit.WaitFor(t, 2*time.Minute, "metrics: "+what, func(context.Context) (bool, string) {
 		ss, err := op.metrics()
 		if err != nil {
 			return false, err.Error()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -34,175 +35,96 @@ const (
 var targetLabels = map[string]bool{"job": true, "instance": true, "namespace": true, "pod": true, "service": true, "endpoint": true, "container": true}
 
 // promqlRef is what an expression refers to: metric (sample) names, the label
-// names it matches on per metric, and the label names it groups by.
+// names it matches on per metric, and the label names it groups by. It is
+// tests/promql's Ref, as its command writes it.
 type promqlRef struct {
-	metrics  map[string]bool
-	matchers map[string][]string // metric -> label names in its {...}
-	grouping []string            // label names in by/without/on/ignoring/group_* lists
+	Metrics  []string            `json:"metrics"`
+	Matchers map[string][]string `json:"matchers"` // metric -> label names in its {...}
+	Grouping []string            `json:"grouping"` // label names in by/without/on/ignoring/group_* lists
 }
 
-var (
-	reString   = regexp.MustCompile("\"(?:[^\"\\\\]|\\\\.)*\"|'(?:[^'\\\\]|\\\\.)*'|`[^`]*`")
-	reSelector = regexp.MustCompile(`([a-zA-Z_:][a-zA-Z0-9_:]*)?\s*\{([^{}]*)\}`)
-	reMatcher  = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
-	reRange    = regexp.MustCompile(`\[[^\[\]]*\]`)
-	reToken    = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*|[0-9][0-9a-zA-Z_.]*|\$[a-zA-Z0-9_]+|\S`)
-)
+// promqlResult is what an expression refers to, or why it does not parse.
+type promqlResult struct {
+	Ref   *promqlRef `json:"ref"`
+	Error string     `json:"error"`
+}
 
-// Words of PromQL that are not metric names.
-var (
-	groupingKeywords = map[string]bool{"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true}
-	otherKeywords    = map[string]bool{"bool": true, "and": true, "or": true, "unless": true, "offset": true, "atan2": true, "inf": true, "nan": true}
-)
+// parsePromQL parses expressions (Grafana variables allowed) with
+// Prometheus' own PromQL parser: the command of the tests/promql module, a
+// module of its own so that this one does not depend on
+// github.com/prometheus/prometheus. One run parses them all.
+func parsePromQL(t *testing.T, exprs []string) []promqlResult {
+	t.Helper()
+	in, err := json.Marshal(exprs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), "go", "run", "./cmd/promqlrefs")
+	cmd.Dir = filepath.Join(env.Root, "tests", "promql")
+	cmd.Stdin = bytes.NewReader(in)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	t0 := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go run ./cmd/promqlrefs in tests/promql: %v\n%s", err, stderr.String())
+	}
+	var out []promqlResult
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil || len(out) != len(exprs) {
+		t.Fatalf("promqlrefs: %d results for %d expressions (%v):\n%s", len(out), len(exprs), err, stdout.String())
+	}
+	t.Logf("%d expressions parsed with the PromQL parser in %s", len(exprs), time.Since(t0).Round(time.Millisecond))
+	return out
+}
 
-// parsePromQL extracts what a PromQL expression (Grafana variables allowed)
-// refers to. It is a tokenizer, not a full parser: identifiers followed by
-// "(" are functions or aggregations, identifiers in grouping lists are label
-// names, label matchers, strings and ranges are set aside first; every other
-// identifier is a metric name. It checks that brackets balance and that the
-// expression names at least one metric.
-func parsePromQL(expr string) (promqlRef, error) {
-	ref := promqlRef{metrics: map[string]bool{}, matchers: map[string][]string{}}
-	depth := map[rune]int{}
-	for _, r := range reString.ReplaceAllString(expr, `""`) {
-		switch r {
-		case '(', '[', '{':
-			depth[r]++
-		case ')':
-			depth['(']--
-		case ']':
-			depth['[']--
-		case '}':
-			depth['{']--
+// exprCheck is an expression to check against the scrape: where it is, and
+// what else to check once it is parsed.
+type exprCheck struct {
+	where, expr string
+	then        func(promqlRef)
+}
+
+// checkAgainstScrape parses the expressions and fails the test for every one
+// that does not parse, every metric one names that the operator does not
+// serve, and every label one matches or groups on that no such metric carries
+// (target labels excepted).
+func checkAgainstScrape(t *testing.T, checks []exprCheck, served map[string]map[string]bool) {
+	t.Helper()
+	exprs := make([]string, len(checks))
+	for i, c := range checks {
+		exprs[i] = c.expr
+	}
+	for i, res := range parsePromQL(t, exprs) {
+		c := checks[i]
+		if res.Error != "" || res.Ref == nil {
+			t.Errorf("%s: %s", c.where, res.Error)
+			continue
 		}
-		for _, d := range depth {
-			if d < 0 {
-				return ref, fmt.Errorf("unbalanced brackets in %q", expr)
+		ref := *res.Ref
+		labelsOf := map[string]bool{}
+		for _, m := range ref.Metrics {
+			labels, ok := served[m]
+			if !ok {
+				t.Errorf("%s: metric %s is not served by the operator (expr %s)", c.where, m, c.expr)
+				continue
 			}
-		}
-	}
-	for _, d := range depth {
-		if d != 0 {
-			return ref, fmt.Errorf("unbalanced brackets in %q", expr)
-		}
-	}
-
-	s := reString.ReplaceAllString(expr, `""`)
-	for _, m := range reSelector.FindAllStringSubmatch(s, -1) {
-		var labels []string
-		for _, lm := range reMatcher.FindAllStringSubmatch(m[2], -1) {
-			labels = append(labels, lm[1])
-		}
-		if m[1] != "" {
-			ref.matchers[m[1]] = append(ref.matchers[m[1]], labels...)
-		}
-	}
-	s = reSelector.ReplaceAllStringFunc(s, func(sel string) string { return reSelector.FindStringSubmatch(sel)[1] + " " })
-	s = reRange.ReplaceAllString(s, " ")
-	toks := reToken.FindAllString(s, -1)
-	for i := 0; i < len(toks); i++ {
-		tok := toks[i]
-		next := ""
-		if i+1 < len(toks) {
-			next = toks[i+1]
-		}
-		switch {
-		case groupingKeywords[tok]:
-			if next != "(" {
-				continue // group_left without a list
+			for l := range labels {
+				labelsOf[l] = true
 			}
-			j := i + 2
-			for ; j < len(toks) && toks[j] != ")"; j++ {
-				if toks[j] != "," {
-					ref.grouping = append(ref.grouping, toks[j])
+			for _, l := range ref.Matchers[m] {
+				if !labels[l] && !targetLabels[l] {
+					t.Errorf("%s: %s has no label %q (expr %s)", c.where, m, l, c.expr)
 				}
 			}
-			i = j
-		case otherKeywords[strings.ToLower(tok)], next == "(", groupingKeywords[next]: // a function, or an aggregation: sum by (...) (...)
-		case tok[0] == '$', tok[0] >= '0' && tok[0] <= '9':
-		case tok[0] == '_' || tok[0] == ':' || (tok[0] >= 'a' && tok[0] <= 'z') || (tok[0] >= 'A' && tok[0] <= 'Z'):
-			ref.metrics[tok] = true
 		}
-	}
-	if len(ref.metrics) == 0 {
-		return ref, fmt.Errorf("no metric name in %q", expr)
-	}
-	return ref, nil
-}
-
-// TestParsePromQL checks the tokenizer the drift checks rely on.
-func TestParsePromQL(t *testing.T) {
-	for _, c := range []struct {
-		expr     string
-		metrics  []string
-		grouping []string
-		matchers map[string][]string
-	}{
-		{`simplewebapp_ready == 0`, []string{"simplewebapp_ready"}, nil, nil},
-		{`histogram_quantile(0.99, sum by (controller, le) (rate(controller_runtime_reconcile_time_seconds_bucket{controller="simplewebapp"}[$__rate_interval])))`,
-			[]string{"controller_runtime_reconcile_time_seconds_bucket"}, []string{"controller", "le"},
-			map[string][]string{"controller_runtime_reconcile_time_seconds_bucket": {"controller"}}},
-		{`count(simplewebapp_stalled{namespace=~"$namespace", reason!="a,b}"} == 1) or vector(0)`,
-			[]string{"simplewebapp_stalled"}, nil, map[string][]string{"simplewebapp_stalled": {"namespace", "reason"}}},
-		{`sum(rate(a_total[5m] offset 1h)) without (instance) / on (job) group_left b`, []string{"a_total", "b"}, []string{"instance", "job"}, nil},
-		{`absent(controller_runtime_reconcile_total{controller="simplewebapp"})`, []string{"controller_runtime_reconcile_total"}, nil, nil},
-	} {
-		ref, err := parsePromQL(c.expr)
-		if err != nil {
-			t.Errorf("%s: %v", c.expr, err)
-			continue
-		}
-		if got := sortedKeys(ref.metrics); !slices.Equal(got, c.metrics) {
-			t.Errorf("%s: metrics %v, want %v", c.expr, got, c.metrics)
-		}
-		if !slices.Equal(ref.grouping, c.grouping) {
-			t.Errorf("%s: grouping %v, want %v", c.expr, ref.grouping, c.grouping)
-		}
-		for m, want := range c.matchers {
-			if !slices.Equal(ref.matchers[m], want) {
-				t.Errorf("%s: matchers of %s %v, want %v", c.expr, m, ref.matchers[m], want)
+		for _, l := range ref.Grouping {
+			if !labelsOf[l] && !targetLabels[l] {
+				t.Errorf("%s: groups by %q, which none of %v carries (expr %s)", c.where, l, ref.Metrics, c.expr)
 			}
 		}
-	}
-	for _, bad := range []string{`sum(rate(x[5m])`, `vector(0)`, `x{a="b"`} {
-		if _, err := parsePromQL(bad); err == nil {
-			t.Errorf("%s: no error", bad)
+		if c.then != nil {
+			c.then(ref)
 		}
 	}
-}
-
-// checkAgainstScrape fails the test for every metric an expression names
-// that the operator does not serve, and every label it matches or groups on
-// that no such metric carries (target labels excepted).
-func checkAgainstScrape(t *testing.T, where, expr string, served map[string]map[string]bool) promqlRef {
-	t.Helper()
-	ref, err := parsePromQL(expr)
-	if err != nil {
-		t.Errorf("%s: %v", where, err)
-		return ref
-	}
-	labelsOf := map[string]bool{}
-	for m := range ref.metrics {
-		labels, ok := served[m]
-		if !ok {
-			t.Errorf("%s: metric %s is not served by the operator (expr %s)", where, m, expr)
-			continue
-		}
-		for l := range labels {
-			labelsOf[l] = true
-		}
-		for _, l := range ref.matchers[m] {
-			if !labels[l] && !targetLabels[l] {
-				t.Errorf("%s: %s has no label %q (expr %s)", where, m, l, expr)
-			}
-		}
-	}
-	for _, l := range ref.grouping {
-		if !labelsOf[l] && !targetLabels[l] {
-			t.Errorf("%s: groups by %q, which none of %v carries (expr %s)", where, l, sortedKeys(ref.metrics), expr)
-		}
-	}
-	return ref
 }
 
 // dashboard is the part of a Grafana dashboard the checks read.
@@ -253,6 +175,7 @@ func checkDashboard(t *testing.T, served map[string]map[string]bool) {
 	}
 	referenced := map[string]bool{}
 	ids := map[int]string{}
+	var checks []exprCheck
 	var walk func([]panel)
 	walk = func(ps []panel) {
 		for _, p := range ps {
@@ -268,10 +191,11 @@ func checkDashboard(t *testing.T, served map[string]map[string]bool) {
 				t.Errorf("panel %d: no title or no queries", p.ID)
 			}
 			for _, tg := range p.Targets {
-				ref := checkAgainstScrape(t, fmt.Sprintf("panel %q query %s", p.Title, tg.RefID), tg.Expr, served)
-				for m := range ref.metrics {
-					referenced[m] = true
-				}
+				checks = append(checks, exprCheck{fmt.Sprintf("panel %q query %s", p.Title, tg.RefID), tg.Expr, func(ref promqlRef) {
+					for _, m := range ref.Metrics {
+						referenced[m] = true
+					}
+				}})
 			}
 		}
 	}
@@ -289,13 +213,15 @@ func checkDashboard(t *testing.T, served map[string]map[string]bool) {
 			t.Errorf("variable %s: query %q is not label_values(<selector>, <label>)", v.Name, q)
 			continue
 		}
-		ref := checkAgainstScrape(t, "variable "+v.Name, lv[1], served)
-		for m := range ref.metrics {
-			if !served[m][lv[2]] {
-				t.Errorf("variable %s: %s has no label %q", v.Name, m, lv[2])
+		checks = append(checks, exprCheck{"variable " + v.Name, lv[1], func(ref promqlRef) {
+			for _, m := range ref.Metrics {
+				if !served[m][lv[2]] {
+					t.Errorf("variable %s: %s has no label %q", v.Name, m, lv[2])
+				}
 			}
-		}
+		}})
 	}
+	checkAgainstScrape(t, checks, served)
 	// What the dashboard is for: reconciles and errors by controller,
 	// reconcile latency, render duration, applies by result, objects per CR,
 	// SimpleWebApps not Ready, upgrades and rollbacks.
@@ -348,10 +274,11 @@ func checkPrometheusRule(t *testing.T, served map[string]map[string]bool) {
 	}
 	type alert struct{ expr, forDuration string }
 	alerts := map[string]alert{}
+	var checks []exprCheck
 	for _, g := range pr.Spec.Groups {
 		for _, r := range g.Rules {
 			name := r.Alert + r.Record
-			checkAgainstScrape(t, "rule "+name, r.Expr, served)
+			checks = append(checks, exprCheck{where: "rule " + name, expr: r.Expr})
 			if r.Alert == "" {
 				continue
 			}
@@ -372,6 +299,7 @@ func checkPrometheusRule(t *testing.T, served map[string]map[string]bool) {
 			}
 		}
 	}
+	checkAgainstScrape(t, checks, served)
 	for name, want := range map[string]alert{
 		"SimpleWebAppReconcileErrors": {`rate(controller_runtime_reconcile_errors_total{controller="simplewebapp"}[5m])) > 0`, "10m"},
 		"SimpleWebAppRolledBack":      {`increase(simplewebapp_rollbacks_total[30m]) > 0`, ""},

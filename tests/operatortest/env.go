@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -153,23 +152,6 @@ func (e *Env) OperatorBin() (string, error) { return e.operatorBin() }
 // Step reports a setup step that began at start, with -v only.
 func (e *Env) Step(start time.Time, format string, args ...any) {
 	fmt.Fprintf(e.logw, "%s setup: %s in %s\n", e.Name, fmt.Sprintf(format, args...), time.Since(start).Round(time.Millisecond))
-}
-
-// Poll calls cond every interval until it is done, for at most timeout, and
-// returns how long that took and what cond saw last. The error is the
-// timeout's, the context's, or cond's own, which ends the wait at once.
-func Poll(ctx context.Context, interval, timeout time.Duration, cond func(ctx context.Context) (done bool, seen string, err error)) (time.Duration, string, error) {
-	start := time.Now()
-	var seen string
-	err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(ctx context.Context) (bool, error) {
-		done, s, err := cond(ctx)
-		if err != nil {
-			return false, err
-		}
-		seen = s
-		return done, nil
-	})
-	return time.Since(start), seen, err
 }
 
 // Cleanups are functions run in the reverse order of their adding: for a
