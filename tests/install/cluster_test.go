@@ -17,17 +17,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 // Generous: the machine has 2 cores and other test packages run alongside.
 const podsTimeout = 3 * time.Minute
-
-// restrictedLabels make a namespace enforce (and warn about) the restricted
-// Pod Security Standard.
-var restrictedLabels = map[string]string{
-	"pod-security.kubernetes.io/enforce": "restricted",
-	"pod-security.kubernetes.io/warn":    "restricted",
-}
 
 // TestKustomizeInstall server-side applies config/default to a full local
 // cluster: first as a dry run (every object admitted, no Pod Security
@@ -37,7 +31,7 @@ var restrictedLabels = map[string]string{
 // selects them, and its ServiceAccount has the permissions of the bound roles.
 // A pod violating restricted is rejected in that namespace.
 func TestKustomizeInstall(t *testing.T) {
-	c, cs := fullCluster(t)
+	c, cs, _ := fullCluster(t)
 	objs := parse(t, kustomizeDefault(t, ""))
 	ns := find(t, objs, "Namespace", namespace)
 	const manager = "swa-install-test-kustomize"
@@ -60,13 +54,10 @@ func TestKustomizeInstall(t *testing.T) {
 // TestHelmInstall does the same with the chart, as release "swa-helm" in a
 // namespace of its own (the chart's names do not collide with config/default's).
 func TestHelmInstall(t *testing.T) {
-	c, cs := fullCluster(t)
-	const release, ns, manager = "swa-helm", "swa-helm", "swa-install-test-helm"
-	if _, err := cs.CoreV1().Namespaces().Create(t.Context(), &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: restrictedLabels},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c, cs, cl := fullCluster(t)
+	const release, manager = "swa-helm", "swa-install-test-helm"
+	// A namespace that enforces the restricted Pod Security Standard.
+	ns := kit.Namespace(t, cl, kit.NS{Name: "swa-helm", PodSecurity: "restricted", Keep: true})
 	objs := parse(t, helmTemplate(t, release, ns))
 	dryRun(t, c, manager, objs)
 	if _, err := cs.AppsV1().Deployments(ns).Get(t.Context(), release+"-controller-manager", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -113,37 +104,42 @@ func apply(t *testing.T, c *cluster.Cluster, manager string, objs []*unstructure
 	}
 }
 
-// checkRunning waits until the operator Deployment's ReplicaSet has created
-// its 2 pods and they run (Pod Security admitted them in the namespace), the
+// checkRunning waits until the operator Deployment is rolled out and its
+// ReplicaSet has created its 2 pods and they run (Pod Security admitted them
+// in the namespace), the
 // metrics Service has them as endpoints, and the ServiceAccount may do what
 // the operator does: the bindings name the prefixed ServiceAccount in the
 // right namespace.
 func checkRunning(t *testing.T, c *cluster.Cluster, cs kubernetes.Interface, ns, deployName, sa, svc, clusterRole string) {
 	t.Helper()
 	ctx := t.Context()
-	var state string
-	describe := func() string {
+	describeEvents := func() string {
 		ev, _, _ := kubectl(t, c, nil, "get", "events", "-n", ns, "--sort-by=.lastTimestamp")
-		return state + "\n--- events ---\n" + ev
+		return "--- events ---\n" + ev
 	}
-	poll(t, podsTimeout, fmt.Sprintf("ReplicaSet of %s/%s running 2 pods", ns, deployName), func(ctx context.Context) (bool, error) {
-		rs, err := replicaSetOf(ctx, cs, ns, deployName)
+	events := kit.Diag(describeEvents)
+	kit.WaitFor(t, podsTimeout, fmt.Sprintf("Deployment %s/%s rolled out, its ReplicaSet running 2 pods", ns, deployName), func(ctx context.Context) (bool, string) {
+		dep, err := cs.AppsV1().Deployments(ns).Get(ctx, deployName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		rolledOut, rollout := kit.DeploymentRolledOut(dep)
+		rs, err := replicaSetOf(ctx, cs, ns, dep)
 		if err != nil || rs == nil {
-			state = fmt.Sprintf("no ReplicaSet yet (%v)", err)
-			return false, nil
+			return false, fmt.Sprintf("no ReplicaSet yet (%v)", err)
 		}
 		failure := ""
 		for _, cond := range rs.Status.Conditions {
 			if cond.Type == appsv1.ReplicaSetReplicaFailure && cond.Status == corev1.ConditionTrue {
 				if strings.Contains(cond.Message, "violates PodSecurity") { // no retry admits them
-					return false, fmt.Errorf("ReplicaSet %s: %s: %s", rs.Name, cond.Reason, cond.Message)
+					t.Fatalf("ReplicaSet %s: %s: %s\n%s", rs.Name, cond.Reason, cond.Message, describeEvents())
 				}
 				failure = "; " + cond.Reason + ": " + cond.Message // maybe transient: the controller retries
 			}
 		}
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, nil //nolint:nilerr // transient: keep polling
+			return false, err.Error()
 		}
 		running, summary := 0, []string{}
 		for _, p := range pods.Items {
@@ -155,14 +151,14 @@ func checkRunning(t *testing.T, c *cluster.Cluster, cs kubernetes.Interface, ns,
 				running++
 			}
 		}
-		state = fmt.Sprintf("ReplicaSet %s: %d/%d pods created%s; pods: %v", rs.Name, rs.Status.Replicas, ptr.Deref(rs.Spec.Replicas, 1), failure, summary)
-		return running == 2 && len(summary) == 2, nil
-	}, describe)
+		return rolledOut && running == 2 && len(summary) == 2, fmt.Sprintf("%s; ReplicaSet %s: %d/%d pods created%s; pods: %v",
+			rollout, rs.Name, rs.Status.Replicas, ptr.Deref(rs.Spec.Replicas, 1), failure, summary)
+	}, kit.Every(200*time.Millisecond), events)
 
-	poll(t, podsTimeout, fmt.Sprintf("metrics Service %s/%s with 2 ready endpoints on 8443", ns, svc), func(ctx context.Context) (bool, error) {
+	kit.WaitFor(t, podsTimeout, fmt.Sprintf("metrics Service %s/%s with 2 ready endpoints on 8443", ns, svc), func(ctx context.Context) (bool, string) {
 		slices, err := cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
 		if err != nil {
-			return false, nil //nolint:nilerr // transient: keep polling
+			return false, err.Error()
 		}
 		ready, port := 0, int32(0)
 		for _, s := range slices.Items {
@@ -175,11 +171,10 @@ func checkRunning(t *testing.T, c *cluster.Cluster, cs kubernetes.Interface, ns,
 				}
 			}
 		}
-		state = fmt.Sprintf("%d EndpointSlices, %d ready endpoints, port %d", len(slices.Items), ready, port)
-		return ready == 2 && port == 8443, nil
-	}, describe)
+		return ready == 2 && port == 8443, fmt.Sprintf("%d EndpointSlices, %d ready endpoints, port %d", len(slices.Items), ready, port)
+	}, kit.Every(200*time.Millisecond), events)
 
-	// The RBAC authorizer sees new bindings through an informer: poll.
+	// The RBAC authorizer sees new bindings through an informer: wait.
 	as := "--as=system:serviceaccount:" + ns + ":" + sa
 	for _, check := range []struct {
 		args []string
@@ -197,12 +192,11 @@ func checkRunning(t *testing.T, c *cluster.Cluster, cs kubernetes.Interface, ns,
 		{[]string{"delete", "customresourcedefinitions.apiextensions.k8s.io"}, "no"},
 	} {
 		args := append([]string{"auth", "can-i", as}, check.args...)
-		var got string
-		poll(t, 60*time.Second, fmt.Sprintf("can-i %s: %s", strings.Join(check.args, " "), check.want), func(ctx context.Context) (bool, error) {
+		kit.WaitFor(t, 60*time.Second, fmt.Sprintf("can-i %s: %s", strings.Join(check.args, " "), check.want), func(context.Context) (bool, string) {
 			out, _, _ := kubectl(t, c, nil, args...) // exit status 1 for "no"
-			got = strings.TrimSpace(out)
-			return got == check.want, nil
-		}, func() string { return "last answer: " + got })
+			got := strings.TrimSpace(out)
+			return got == check.want, "answer: " + got
+		}, kit.Every(200*time.Millisecond))
 	}
 	if _, err := cs.RbacV1().ClusterRoles().Get(ctx, clusterRole, metav1.GetOptions{}); err != nil {
 		t.Errorf("ClusterRole %s: %v", clusterRole, err)
@@ -210,11 +204,7 @@ func checkRunning(t *testing.T, c *cluster.Cluster, cs kubernetes.Interface, ns,
 }
 
 // replicaSetOf returns the newest ReplicaSet controlled by the Deployment.
-func replicaSetOf(ctx context.Context, cs kubernetes.Interface, ns, deployName string) (*appsv1.ReplicaSet, error) {
-	dep, err := cs.AppsV1().Deployments(ns).Get(ctx, deployName, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
+func replicaSetOf(ctx context.Context, cs kubernetes.Interface, ns string, dep *appsv1.Deployment) (*appsv1.ReplicaSet, error) {
 	list, err := cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err

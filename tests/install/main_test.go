@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"example.com/simplewebapp-operator/tests/cluster"
@@ -49,6 +49,7 @@ var (
 		once sync.Once
 		c    *cluster.Cluster
 		cs   kubernetes.Interface
+		cl   client.Client
 		err  error
 	}
 )
@@ -81,8 +82,8 @@ func run(m *testing.M) int {
 
 // fullCluster returns the package's full local cluster (controller-manager,
 // scheduler, kwok nodes, Pod Security admission), started by the first test
-// that needs it and stopped by TestMain.
-func fullCluster(t *testing.T) (*cluster.Cluster, kubernetes.Interface) {
+// that needs it and stopped by TestMain, with admin clients.
+func fullCluster(t *testing.T) (*cluster.Cluster, kubernetes.Interface, client.Client) {
 	t.Helper()
 	shared.once.Do(func() {
 		logw := io.Discard
@@ -97,12 +98,15 @@ func fullCluster(t *testing.T) (*cluster.Cluster, kubernetes.Interface) {
 			return
 		}
 		shared.c = c
-		shared.cs, shared.err = kubernetes.NewForConfig(c.RESTConfig())
+		if shared.cs, shared.err = kubernetes.NewForConfig(c.RESTConfig()); shared.err != nil {
+			return
+		}
+		shared.cl, shared.err = client.New(c.RESTConfig(), client.Options{})
 	})
 	if shared.err != nil {
 		t.Fatalf("starting the full cluster: %v", shared.err)
 	}
-	return shared.c, shared.cs
+	return shared.c, shared.cs, shared.cl
 }
 
 // tool returns the path of a binary built by tests/tools/build.sh.
@@ -267,19 +271,4 @@ func readFile(t *testing.T, rel string) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// poll waits until cond is true; on timeout it fails with what it waited for
-// and the last state that describe returns.
-func poll(t *testing.T, timeout time.Duration, what string, cond func(context.Context) (bool, error), describe func() string) {
-	t.Helper()
-	t0 := time.Now()
-	if err := wait.PollUntilContextTimeout(t.Context(), 200*time.Millisecond, timeout, true, cond); err != nil {
-		state := ""
-		if describe != nil {
-			state = "\n" + describe()
-		}
-		t.Fatalf("waiting for %s (%s): %v%s", what, time.Since(t0).Round(time.Millisecond), err, state)
-	}
-	t.Logf("%s after %s", what, time.Since(t0).Round(time.Millisecond))
 }
