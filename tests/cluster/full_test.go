@@ -12,15 +12,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 // TestDeploymentLifecycle proves that the controllers, the scheduler and kwok
 // work together: a Deployment becomes Available, a deleted pod is replaced and
 // deleting the Deployment garbage-collects its ReplicaSet and pods.
 func TestDeploymentLifecycle(t *testing.T) {
-	_, cs := fullCluster(t)
+	_, cs, cl := fullCluster(t)
 	ctx := t.Context()
-	ns := newNamespace(t, ctx, cs, nil)
+	ns := kit.Namespace(t, cl, kit.NS{Prefix: "proof-", WaitForServiceAccount: true})
 
 	labels := map[string]string{"app": "web"}
 	dep := &appsv1.Deployment{
@@ -47,10 +49,10 @@ func TestDeploymentLifecycle(t *testing.T) {
 	}
 
 	var pods []corev1.Pod
-	poll(t, ctx, 60*time.Second, "Deployment Available with 3 Ready pods", func(ctx context.Context) (bool, error) {
+	kit.WaitFor(t, 60*time.Second, "Deployment Available and rolled out with 3 Ready pods", func(ctx context.Context) (bool, string) {
 		d, err := cs.AppsV1().Deployments(ns).Get(ctx, "web", metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			return false, err.Error()
 		}
 		available := false
 		for _, c := range d.Status.Conditions {
@@ -58,8 +60,9 @@ func TestDeploymentLifecycle(t *testing.T) {
 				available = true
 			}
 		}
+		rolledOut, seen := kit.DeploymentRolledOut(d)
 		pods = readyPods(ctx, t, cs, ns, "app=web")
-		return available && d.Status.ReadyReplicas == 3 && len(pods) == 3, nil
+		return available && rolledOut && len(pods) == 3, fmt.Sprintf("Available %t; %s; %d Ready pods", available, seen, len(pods))
 	})
 	nodes := map[string]bool{}
 	for _, p := range pods {
@@ -82,19 +85,20 @@ func TestDeploymentLifecycle(t *testing.T) {
 	if err := cs.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, ctx, 60*time.Second, "deleted pod replaced, 3 Ready again", func(ctx context.Context) (bool, error) {
+	kit.WaitFor(t, 60*time.Second, "deleted pod replaced, 3 Ready again", func(ctx context.Context) (bool, string) {
 		all, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil {
-			return false, err
+			return false, err.Error()
 		}
 		newPod := false
 		for _, p := range all.Items {
 			if p.Name == victim {
-				return false, nil // not gone yet
+				return false, "pod " + victim + " not gone yet"
 			}
 			newPod = newPod || !before[p.Name]
 		}
-		return newPod && len(readyPods(ctx, t, cs, ns, "app=web")) == 3, nil
+		ready := len(readyPods(ctx, t, cs, ns, "app=web"))
+		return newPod && ready == 3, fmt.Sprintf("a new pod %t, %d Ready", newPod, ready)
 	})
 
 	// Deleting the Deployment: the garbage collector removes ReplicaSet and pods.
@@ -103,16 +107,16 @@ func TestDeploymentLifecycle(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, ctx, 60*time.Second, "ReplicaSet and pods garbage-collected", func(ctx context.Context) (bool, error) {
+	kit.WaitFor(t, 60*time.Second, "ReplicaSet and pods garbage-collected", func(ctx context.Context) (bool, string) {
 		rs, err := cs.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, err
+			return false, err.Error()
 		}
 		ps, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, err
+			return false, err.Error()
 		}
-		return len(rs.Items) == 0 && len(ps.Items) == 0, nil
+		return len(rs.Items) == 0 && len(ps.Items) == 0, fmt.Sprintf("%d ReplicaSets, %d pods", len(rs.Items), len(ps.Items))
 	})
 }
 
@@ -143,9 +147,9 @@ func readyPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, s
 // namespace enforcing "restricted" rejects a privileged pod and admits a
 // compliant one.
 func TestPodSecurityAdmission(t *testing.T) {
-	_, cs := fullCluster(t)
+	_, cs, cl := fullCluster(t)
 	ctx := t.Context()
-	ns := newNamespace(t, ctx, cs, map[string]string{"pod-security.kubernetes.io/enforce": "restricted"})
+	ns := kit.Namespace(t, cl, kit.NS{Prefix: "proof-", PodSecurity: "restricted", WaitForServiceAccount: true})
 
 	privileged := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "privileged", Namespace: ns},
@@ -182,8 +186,9 @@ func TestPodSecurityAdmission(t *testing.T) {
 	if _, err := cs.CoreV1().Pods(ns).Create(ctx, restricted, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("restricted-compliant pod rejected: %v", err)
 	}
-	poll(t, ctx, 60*time.Second, "restricted pod Ready", func(ctx context.Context) (bool, error) {
-		return len(readyPods(ctx, t, cs, ns, "")) == 1, nil
+	kit.WaitFor(t, 60*time.Second, "restricted pod Ready", func(ctx context.Context) (bool, string) {
+		ready := len(readyPods(ctx, t, cs, ns, ""))
+		return ready == 1, fmt.Sprintf("%d Ready pods", ready)
 	})
 }
 
@@ -191,16 +196,15 @@ func TestPodSecurityAdmission(t *testing.T) {
 // lifecycle controller declares the nodes NotReady after its grace period and
 // marks every pod Ready=False, which breaks any test running longer than that.
 func TestNodesHeartbeatWithLeases(t *testing.T) {
-	_, cs := fullCluster(t)
-	ctx := context.Background()
-	poll(t, ctx, 30*time.Second, "a renewed Lease for each kwok node", func(ctx context.Context) (bool, error) {
+	_, cs, _ := fullCluster(t)
+	kit.WaitFor(t, 30*time.Second, "a renewed Lease for each kwok node", func(ctx context.Context) (bool, string) {
 		for i := range 3 {
 			name := fmt.Sprintf("kwok-node-%d", i)
 			lease, err := cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, name, metav1.GetOptions{})
 			if err != nil || lease.Spec.RenewTime == nil || time.Since(lease.Spec.RenewTime.Time) > 40*time.Second {
-				return false, nil
+				return false, fmt.Sprintf("Lease %s: %v (err %v)", name, lease.Spec.RenewTime, err)
 			}
 		}
-		return true, nil
+		return true, ""
 	})
 }

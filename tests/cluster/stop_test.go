@@ -3,14 +3,16 @@ package cluster_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
 
 	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 // TestStopLeavesNoProcess starts an "api" profile cluster, stops it and checks
@@ -58,14 +60,40 @@ func TestStopFromDirDetached(t *testing.T) {
 	// A detached child of this test process is reaped by it asynchronously,
 	// so ESRCH (not just "zombie") may take a moment.
 	for name, pid := range c.PIDs {
-		err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-			return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH), nil
+		_, seen, err := kit.Poll(t.Context(), 20*time.Millisecond, 5*time.Second, func(context.Context) (bool, string, error) {
+			err := syscall.Kill(pid, 0)
+			return errors.Is(err, syscall.ESRCH), fmt.Sprintf("kill(pid, 0) = %v", err), nil
 		})
 		if err != nil {
-			t.Errorf("%s (pid %d) still exists after StopFromDir", name, pid)
+			t.Errorf("%s (pid %d) still exists after StopFromDir: %s", name, pid, seen)
 		}
 	}
 	if _, err := os.Stat(dir); err != nil {
 		t.Errorf("StopFromDir must leave the state dir to its caller: %v", err)
+	}
+}
+
+// TestNeverReadyStageMatchesItsLabel checks that the never-ready kwok stage
+// (a YAML file) selects pods by NeverReadyLabel, as the tests that use the
+// label expect.
+func TestNeverReadyStageMatchesItsLabel(t *testing.T) {
+	var stage struct {
+		Kind     string `json:"kind"`
+		Metadata struct {
+			Name string `json:"name"`
+		} `json:"metadata"`
+		Spec struct {
+			Selector struct {
+				MatchLabels map[string]string `json:"matchLabels"`
+			} `json:"selector"`
+			Weight int `json:"weight"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal([]byte(cluster.NeverReadyStage), &stage); err != nil {
+		t.Fatal(err)
+	}
+	if stage.Kind != "Stage" || stage.Spec.Selector.MatchLabels[cluster.NeverReadyLabel] != "true" || stage.Spec.Weight < 1 {
+		t.Errorf("kwok-stage-never-ready.yaml: kind %q, matchLabels %v, weight %d; want a Stage for %s=true with a weight above the standard stages' 0",
+			stage.Kind, stage.Spec.Selector.MatchLabels, stage.Spec.Weight, cluster.NeverReadyLabel)
 	}
 }
