@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,6 +21,7 @@ import (
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/channels"
 	"example.com/simplewebapp-operator/controllers"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -46,22 +48,10 @@ func loadCases(t *testing.T) map[string]*webappv1.SimpleWebApp {
 	return cases
 }
 
-func versions(t *testing.T) []string {
-	t.Helper()
-	entries, err := fs.ReadDir(channels.FS, "packages/"+controllers.PackageName)
-	if err != nil || len(entries) == 0 {
-		t.Fatalf("no package versions: %v", err)
-	}
-	var vs []string
-	for _, e := range entries {
-		vs = append(vs, e.Name())
-	}
-	return vs
-}
-
 func TestRenderEveryVersion(t *testing.T) {
 	src := controllers.Channels{FS: channels.FS}
-	for _, version := range versions(t) {
+	versions := kit.Versions(t)
+	for _, version := range versions {
 		for name, swa := range loadCases(t) {
 			t.Run(version+"/"+name, func(t *testing.T) {
 				swa := swa.DeepCopy()
@@ -95,33 +85,35 @@ func TestRenderEveryVersion(t *testing.T) {
 			})
 		}
 	}
-}
-
-// Every channel resolves to a version that renders.
-func TestEveryChannelResolves(t *testing.T) {
-	entries, err := fs.ReadDir(channels.FS, ".")
+	// No golden files of a version that is gone.
+	dirs, err := os.ReadDir("testdata")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, e := range entries {
-		if e.IsDir() || strings.HasSuffix(e.Name(), ".go") {
+	for _, d := range dirs {
+		if d.IsDir() && d.Name() != "cases" && !slices.Contains(versions, d.Name()) {
+			t.Errorf("testdata/%s: no such package version (versions %v); remove it", d.Name(), versions)
+		}
+	}
+}
+
+// Every channel resolves to a version that renders, and the tests' reading
+// of the channel files (kit.ChannelVersion) agrees with the operator's.
+func TestEveryChannelResolves(t *testing.T) {
+	for _, name := range kit.ChannelNames(t) {
+		rel, err := controllers.Channels{FS: channels.FS}.Resolve(context.Background(), webappv1.SimpleWebAppSpec{Channel: name})
+		if err != nil {
+			t.Errorf("channel %s: %v", name, err)
 			continue
 		}
-		n++
-		rel, err := controllers.Channels{FS: channels.FS}.Resolve(context.Background(), webappv1.SimpleWebAppSpec{Channel: e.Name()})
-		if err != nil {
-			t.Errorf("channel %s: %v", e.Name(), err)
-			continue
+		if want := kit.ChannelVersion(t, name); rel.Version != want {
+			t.Errorf("channel %s: the operator resolves %s, kit.ChannelVersion says %s", name, rel.Version, want)
 		}
 		swa := &webappv1.SimpleWebApp{}
 		swa.Name, swa.Namespace = "x", "demo"
 		if _, err := controllers.Render(rel, swa); err != nil {
-			t.Errorf("channel %s version %s: %v", e.Name(), rel.Version, err)
+			t.Errorf("channel %s version %s: %v", name, rel.Version, err)
 		}
-	}
-	if n == 0 {
-		t.Fatal("no channels embedded")
 	}
 }
 
@@ -137,7 +129,7 @@ func TestPackageDefaultsMatchCRD(t *testing.T) {
 		t.Fatal(err)
 	}
 	props := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties
-	for _, version := range versions(t) {
+	for _, version := range kit.Versions(t) {
 		raw, err := fs.ReadFile(channels.FS, "packages/"+controllers.PackageName+"/"+version+"/instance.yaml")
 		if err != nil {
 			t.Fatal(err)
