@@ -22,11 +22,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/channels"
 	"example.com/simplewebapp-operator/controllers"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 const hostile = `<script>alert("xss")</script><b>bold</b> & "quotes"`
@@ -38,7 +38,7 @@ func TestMessageIsServedAsText(t *testing.T) {
 			t.Fatal("no nginx binary: run `make test-webserver`, which installs Debian's nginx-light")
 		}
 	}
-	for _, version := range []string{"1.0.0", "1.1.0"} {
+	for _, version := range kit.Versions(t) {
 		t.Run(version, func(t *testing.T) {
 			swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo"},
 				Spec: webappv1.SimpleWebAppSpec{Message: hostile, Version: version}}
@@ -150,18 +150,21 @@ http {
 		}
 	})
 	base := "http://" + addr
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
-		resp, err := http.Get(base + "/healthz")
+	kit.WaitFor(t, 15*time.Second, "nginx to answer on "+addr, func(ctx context.Context) (bool, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/healthz", nil)
 		if err != nil {
-			return false, nil
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error()
 		}
 		resp.Body.Close()
-		return true, nil
-	})
-	if err != nil {
+		return true, ""
+	}, kit.Diag(func() string {
 		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-		t.Fatalf("nginx did not answer on %s: %v\n%s", addr, err, log)
-	}
+		return "--- nginx error.log ---\n" + string(log)
+	}))
 	return base
 }
 
