@@ -56,7 +56,7 @@ test-webserver: ## Serve each package's rendered nginx config with a real nginx 
 			echo "installing nginx-light (Debian)"; \
 			(apt-get install -y -qq --no-install-recommends nginx-light >/dev/null 2>&1 || \
 			 (apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light >/dev/null)) && \
-			{ pkill -x nginx || true; }; \
+			bash tests/webserver/stop-nginx-service.sh; \
 		else echo "test-webserver needs nginx (e.g. apt-get install nginx-light)"; exit 1; fi; }
 	go test -tags webserver -count=1 ./tests/webserver/
 
