@@ -211,7 +211,7 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	plain := &http.Client{Timeout: 2 * time.Second}
-	if err := c.waitFor(ctx, Etcd, "etcd /health", 30*time.Second, func(ctx context.Context) (bool, error) {
+	if err := c.waitComponent(ctx, Etcd, "etcd /health", 30*time.Second, func(ctx context.Context) (bool, error) {
 		return httpOK(ctx, plain, etcdURL+"/health"), nil
 	}); err != nil {
 		return nil, err
@@ -245,7 +245,7 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	verified := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
 	}}
-	if err := c.waitFor(ctx, APIServer, "kube-apiserver /readyz", 90*time.Second, func(ctx context.Context) (bool, error) {
+	if err := c.waitComponent(ctx, APIServer, "kube-apiserver /readyz", 90*time.Second, func(ctx context.Context) (bool, error) {
 		return httpOK(ctx, verified, server+"/readyz"), nil
 	}); err != nil {
 		return nil, err
@@ -333,13 +333,13 @@ func (c *Cluster) startFull(ctx context.Context, opts Options, pki *pki, client 
 		port int
 	}{{ControllerManager, kcmPort}, {Scheduler, schedPort}} {
 		url := fmt.Sprintf("https://127.0.0.1:%d/healthz", h.port)
-		if err := c.waitFor(ctx, h.name, h.name+" /healthz", 60*time.Second, func(ctx context.Context) (bool, error) {
+		if err := c.waitComponent(ctx, h.name, h.name+" /healthz", 60*time.Second, func(ctx context.Context) (bool, error) {
 			return httpOK(ctx, https, url), nil
 		}); err != nil {
 			return err
 		}
 	}
-	if err := c.waitFor(ctx, Kwok, fmt.Sprintf("%d kwok nodes Ready", opts.Nodes), 60*time.Second, func(ctx context.Context) (bool, error) {
+	if err := c.waitComponent(ctx, Kwok, fmt.Sprintf("%d kwok nodes Ready", opts.Nodes), 60*time.Second, func(ctx context.Context) (bool, error) {
 		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: "type=kwok"})
 		if err != nil {
 			return false, nil //nolint:nilerr // transient: keep polling
@@ -358,7 +358,7 @@ func (c *Cluster) startFull(ctx context.Context, opts Options, pki *pki, client 
 	}
 	// Pods can only be created in a namespace once its default ServiceAccount
 	// exists (ServiceAccount admission); the controller-manager creates it.
-	return c.waitFor(ctx, ControllerManager, "ServiceAccount default/default", 60*time.Second, func(ctx context.Context) (bool, error) {
+	return c.waitComponent(ctx, ControllerManager, "ServiceAccount default/default", 60*time.Second, func(ctx context.Context) (bool, error) {
 		_, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	})
@@ -386,10 +386,12 @@ func fakeNode(name string) *corev1.Node {
 	}
 }
 
-// waitFor polls cond every 100ms until it is true, timeout passes or the
-// component exits. The error names what it waited for and ends with the
-// component's last log lines.
-func (c *Cluster) waitFor(ctx context.Context, component, what string, timeout time.Duration,
+// waitComponent is the start-up wait for one component: it polls cond every
+// 100ms until it is true, timeout passes or the component exits. The error
+// names what it waited for and ends with the component's last log lines.
+// (Tests wait with tests/kit, which sits above this package; the cluster
+// starter for `make cluster-up` does not link the test kit.)
+func (c *Cluster) waitComponent(ctx context.Context, component, what string, timeout time.Duration,
 	cond func(context.Context) (bool, error)) error {
 	var p *proc
 	for _, q := range c.procs {
