@@ -42,6 +42,9 @@ func main() {
 		metricsCerts  string
 		channelsDir   string
 		channelsPoll  time.Duration
+		workers       int
+		statusDelay   time.Duration
+		stuckAfter    time.Duration
 	)
 	// Our own flag set: imported packages (kdp's loaders) register global flags
 	// this operator does not use. controller-runtime's --kubeconfig is kept.
@@ -63,6 +66,9 @@ func main() {
 	flags.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire, and the leader to renew, the Lease.")
 	flags.StringVar(&channelsDir, "channels-dir", "", "Directory of channels and packages (the layout of channels/) that take precedence over the embedded ones; watched for changes, for example a mounted ConfigMap.")
 	flags.DurationVar(&channelsPoll, "channels-poll-interval", 5*time.Second, "How often --channels-dir is checked for changes.")
+	flags.IntVar(&workers, "max-concurrent-reconciles", 4, "SimpleWebApps reconciled at once, so one slow SimpleWebApp never holds up the others.")
+	flags.DurationVar(&statusDelay, "status-batch-delay", 500*time.Millisecond, "How long a Deployment's status changes are collected before the SimpleWebApp's status is written once for them.")
+	flags.DurationVar(&stuckAfter, "stuck-reconcile-timeout", 5*time.Minute, "/healthz fails (and the liveness probe restarts the operator) while a reconcile has run for longer than this.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flags)
 	_ = flags.Parse(os.Args[1:])
@@ -118,11 +124,15 @@ func main() {
 		}
 		source.Dir = os.DirFS(channelsDir)
 	}
-	if _, err := controllers.Setup(mgr, controllers.Options{Channels: source, ChannelsPollInterval: channelsPoll}); err != nil {
+	reconciler, err := controllers.Setup(mgr, controllers.Options{
+		Channels: source, ChannelsPollInterval: channelsPoll, MaxConcurrentReconciles: workers, StatusDelay: statusDelay,
+	})
+	if err != nil {
 		setupLog.Error(err, "unable to set up controller")
 		os.Exit(1)
 	}
 	utilruntime.Must(mgr.AddHealthzCheck("healthz", healthz.Ping))
+	utilruntime.Must(mgr.AddHealthzCheck("reconcile", reconciler.Healthz(stuckAfter)))
 	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))
 
 	setupLog.Info("starting manager")

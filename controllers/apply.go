@@ -2,77 +2,326 @@ package controllers
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"reflect"
+	"strconv"
+	"sync"
+	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/kubebuilder-declarative-pattern/pkg/patterns/declarative/pkg/applier"
-	"sigs.k8s.io/kubebuilder-declarative-pattern/pkg/patterns/declarative/pkg/manifest"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
 
-// Applier server-side-applies a render as the ApplySet of its SimpleWebApp
-// (KEP-3659) through kdp's ApplySetApplier: one field manager, forced
-// ownership of the fields we render, and server-side prune of objects the
-// new render no longer contains. Prune lists only the kinds recorded on the
-// parent, so no RBAC on */* is needed.
-type Applier struct {
-	Client     client.Client
-	Dynamic    dynamic.Interface
-	RESTMapper meta.RESTMapper
-	applier    *applier.ApplySetApplier
-}
+// AnnotationAppliedHash records a hash of what the operator last wrote to an
+// object. With the live object from the cache it decides, without a request,
+// whether the object needs a write (see Applier).
+const AnnotationAppliedHash = "simplewebapp.example.com/applied-hash"
 
-// NewApplier returns an Applier that applies as the ManagerName field manager.
-func NewApplier(c client.Client, d dynamic.Interface, m meta.RESTMapper) *Applier {
-	return &Applier{Client: c, Dynamic: d, RESTMapper: m, applier: applier.NewApplySetApplier(
-		metav1.PatchOptions{FieldManager: ManagerName},
-		metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)},
-		// No "/version" suffix: kdp writes the tooling annotation verbatim but
-		// parses it as name/version when it checks it, so a slash never matches.
-		applier.ApplysetOptions{Tooling: ManagerName},
-	)}
-}
+// HandoffManager is the field manager of the handoff fields. A separate
+// manager lets the operator release them: server-side apply deletes a field
+// that its only manager stops applying, but not one that a manager that no
+// longer applies still co-owns.
+const HandoffManager = ManagerName + "-handoff"
 
-// Apply makes the cluster hold exactly the rendered objects for swa. Each
-// object gets a controller reference to swa, so deleting swa
-// garbage-collects it and changes to it wake the reconciler.
+// Applier writes a render to the cluster and does only the writes that
+// change something. For each rendered object it compares, from the cache:
+//   - the applied-hash annotation with the hash of the desired object (the
+//     render changed: apply, which also removes fields the render dropped);
+//   - every desired field with the live one (a hand edit: apply, forced);
+//   - the field managers: a foreign manager owning fields that matter for
+//     security or exposure (an added container, volume, hostNetwork,
+//     externalIPs, ...) has its fields taken over, and the next apply removes
+//     them.
 //
-// Handoff fields are applied by HandoffManager before the ApplySet, so the
-// field always has an owner while ManagerName lets go of it. An object that
-// does not exist yet is created by the ApplySet with its handoff fields (no
-// transient default, such as a Deployment starting with 1 pod), and
-// HandoffManager then takes co-ownership with the same values.
-func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rendered) error {
-	objs := r.Objects
-	var later []*unstructured.Unstructured
-	for _, h := range r.Handoffs {
-		err := a.applyHandoff(ctx, h)
-		if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) { // not created yet
-			later = append(later, h)
-			objs = withFields(objs, h)
-			continue
+// Nothing differs: no request at all, also after a restart. Objects that do
+// not exist are created with a POST, which fails if an object of that name
+// exists: the operator never adopts what it did not create. Existing objects
+// are server-side-applied with their UID as a precondition.
+type Applier struct {
+	// Client reads the cache; it holds only managed objects.
+	Client client.Client
+	// APIReader reads uncached, only on the rare paths (a name taken, a
+	// take-over of field managers).
+	APIReader client.Reader
+	Dynamic   dynamic.Interface
+	Mapper    meta.RESTMapper
+
+	// written remembers the resourceVersion of the operator's last write of
+	// each object, to tell a cache that is behind it from a change.
+	mu      sync.Mutex
+	written map[objectKey]write
+}
+
+// write is the operator's last write of an object.
+type write struct {
+	resourceVersion uint64
+	at              time.Time
+}
+
+// cacheLag is how long an object the operator wrote may be missing from the
+// cache before it counts as gone (its watch event was lost or it was
+// deleted before the cache saw it).
+const cacheLag = 30 * time.Second
+
+// NewApplier returns an Applier.
+func NewApplier(c client.Client, apiReader client.Reader, d dynamic.Interface, m meta.RESTMapper) *Applier {
+	return &Applier{Client: c, APIReader: apiReader, Dynamic: d, Mapper: m, written: map[objectKey]write{}}
+}
+
+type objectKey struct {
+	Group, Kind, Namespace, Name string
+}
+
+func keyOf(o client.Object, gvkGroup, gvkKind string) objectKey {
+	return objectKey{gvkGroup, gvkKind, o.GetNamespace(), o.GetName()}
+}
+
+// applied is what an Apply did and saw.
+type applied struct {
+	// workload is the live Deployment: as the write returned it, else cached.
+	workload *appsv1.Deployment
+	// writes counts the requests that changed objects.
+	writes int
+	// takenOver describes the foreign field managers whose fields were taken
+	// over (and so removed), for an event.
+	takenOver []string
+}
+
+// Apply makes the cluster hold r for swa. force applies every object even
+// when nothing seems to differ (a requested reconcile).
+func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rendered, force bool) (applied, error) {
+	var res applied
+	id := applySetID(swa)
+	for _, o := range r.Objects {
+		desired := a.desired(swa, o, id)
+		var partial *unstructured.Unstructured
+		for _, h := range r.Handoffs {
+			if identity(h) == identity(o) {
+				partial = h
+			}
 		}
+		live, err := a.ensure(ctx, swa, desired, partial, force, &res)
 		if err != nil {
-			return err
+			return res, err
+		}
+		if d, ok := live.(*appsv1.Deployment); ok {
+			res.workload = d
 		}
 	}
-	if err := a.applySet(ctx, swa, objs); err != nil {
-		return err
+	return res, nil
+}
+
+// desired is o as the operator writes it: owned by swa (a controller
+// reference, so the garbage collector removes it with swa), labelled as a
+// member of swa's ApplySet, and with the hash of all that.
+func (a *Applier) desired(swa *webappv1.SimpleWebApp, o *unstructured.Unstructured, applySet string) *unstructured.Unstructured {
+	d := o.DeepCopy()
+	d.SetOwnerReferences([]metav1.OwnerReference{*metav1.NewControllerRef(swa, webappv1.GroupVersion.WithKind("SimpleWebApp"))})
+	labels := d.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
 	}
-	for _, h := range later {
-		if err := a.applyHandoff(ctx, h); err != nil {
-			return err
+	labels[LabelApplySetPartOf] = applySet
+	d.SetLabels(labels)
+	ann := d.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[AnnotationAppliedHash] = hashOf(d.Object)
+	d.SetAnnotations(ann)
+	return d
+}
+
+func hashOf(v any) string {
+	b, _ := json.Marshal(v) // maps marshal with sorted keys
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// ensure makes one object match desired (and its handoff fields partial) and
+// returns it as it is now.
+func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desired, partial *unstructured.Unstructured, force bool, res *applied) (client.Object, error) {
+	gvk := desired.GroupVersionKind()
+	kind, ok := managedKind(gvk)
+	if !ok { // the floor refuses these before apply; this is a second check
+		return nil, stalled(webappv1.ReasonPolicyViolation, "%s is not a managed kind", gvk)
+	}
+	key := objectKey{gvk.Group, gvk.Kind, desired.GetNamespace(), desired.GetName()}
+	live := kind.New()
+	err := a.Client.Get(ctx, client.ObjectKeyFromObject(desired), live)
+	if apierrors.IsNotFound(err) {
+		if a.wrote(key) {
+			// Written by us and not yet in the cache (a delete would have
+			// made us forget it): the watch event is on its way.
+			return nil, nil
 		}
+		return a.create(ctx, swa, key, desired, partial, res)
 	}
-	return nil
+	if err != nil {
+		return nil, err
+	}
+	if !metav1.IsControlledBy(live, swa) {
+		return nil, stalled(webappv1.ReasonObjectNotOwned, "%s %s exists and is not controlled by this SimpleWebApp; it is left untouched (delete or rename it, or rename the SimpleWebApp)", gvk.Kind, desired.GetName())
+	}
+	if a.behind(key, live) {
+		return live, nil
+	}
+	liveU, err := toUnstructured(live)
+	if err != nil {
+		return nil, err
+	}
+	foreign := foreignSensitiveFields(live.GetManagedFields())
+	needs := force || len(foreign) > 0 || liveU.GetAnnotations()[AnnotationAppliedHash] != desired.GetAnnotations()[AnnotationAppliedHash] ||
+		!contains(liveU.Object, desired.Object)
+	partialNeeded := partial != nil && (force || !contains(liveU.Object, partial.Object) || !hasManager(live.GetManagedFields(), HandoffManager))
+	if !needs && !partialNeeded {
+		return live, nil
+	}
+	mapping, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, err
+	}
+	ri := a.Dynamic.Resource(mapping.Resource).Namespace(desired.GetNamespace())
+	var out *unstructured.Unstructured
+	if partialNeeded {
+		// Before the main apply: the handoff manager must co-own the fields
+		// before ManagerName may stop applying them.
+		if out, err = a.apply(ctx, ri, partial, live.GetUID(), HandoffManager); err != nil {
+			return nil, err
+		}
+		res.writes++
+	}
+	if needs {
+		if len(foreign) > 0 || hasOwnUpdateEntry(live.GetManagedFields()) {
+			// Take over the foreign managers' fields (and our own from the
+			// create), so that this apply removes what the render lacks.
+			taken, err := a.takeOver(ctx, ri, desired.GetName(), live.GetUID())
+			if err != nil {
+				return nil, err
+			}
+			res.takenOver = append(res.takenOver, taken...)
+			res.writes++
+		}
+		if out, err = a.apply(ctx, ri, desired, live.GetUID(), ManagerName); err != nil {
+			return nil, err
+		}
+		res.writes++
+	}
+	a.remember(key, out)
+	return fromUnstructured(out, kind)
+}
+
+// create POSTs desired with its handoff fields: it fails if the name is taken,
+// so nothing is adopted. The handoff manager then co-owns its fields.
+func (a *Applier) create(ctx context.Context, swa *webappv1.SimpleWebApp, key objectKey, desired, partial *unstructured.Unstructured, res *applied) (client.Object, error) {
+	gvk := desired.GroupVersionKind()
+	kind, _ := managedKind(gvk)
+	mapping, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, err
+	}
+	ri := a.Dynamic.Resource(mapping.Resource).Namespace(desired.GetNamespace())
+	body := desired
+	if partial != nil {
+		body = withFields([]*unstructured.Unstructured{desired}, partial)[0]
+	}
+	out, err := ri.Create(ctx, body, metav1.CreateOptions{FieldManager: ManagerName})
+	if apierrors.IsAlreadyExists(err) {
+		existing := kind.New()
+		if err := a.APIReader.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
+			return nil, objectError(err, gvk.Kind, desired.GetName(), "read")
+		}
+		if metav1.IsControlledBy(existing, swa) {
+			return nil, errStaleRead // ours; the cache has not seen it yet
+		}
+		return nil, stalled(webappv1.ReasonObjectNotOwned, "%s %s exists and is not controlled by this SimpleWebApp; it is left untouched (delete or rename it, or rename the SimpleWebApp)", gvk.Kind, desired.GetName())
+	}
+	if err != nil {
+		return nil, objectError(err, gvk.Kind, desired.GetName(), "create")
+	}
+	res.writes++
+	if partial != nil {
+		if out, err = a.apply(ctx, ri, partial, out.GetUID(), HandoffManager); err != nil {
+			return nil, err
+		}
+		res.writes++
+	}
+	a.remember(key, out)
+	return fromUnstructured(out, kind)
+}
+
+// apply server-side-applies obj as manager, forcing conflicts (hand edits are
+// reverted), with uid as a precondition: a different object of the same name
+// is never written.
+func (a *Applier) apply(ctx context.Context, ri dynamic.ResourceInterface, obj *unstructured.Unstructured, uid types.UID, manager string) (*unstructured.Unstructured, error) {
+	body := obj.DeepCopy()
+	body.SetUID(uid)
+	raw, err := body.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	out, err := ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, raw, metav1.PatchOptions{FieldManager: manager, Force: ptr.To(true)})
+	if err != nil {
+		return nil, objectError(err, obj.GetKind(), obj.GetName(), "apply")
+	}
+	return out, nil
+}
+
+// wrote reports whether the operator wrote the object and has not seen it
+// deleted since.
+func (a *Applier) wrote(key objectKey) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w, ok := a.written[key]
+	return ok && time.Since(w.at) < cacheLag
+}
+
+// behind reports whether the cached live object is older than the operator's
+// own last write of it: the cache has not caught up, and its watch event
+// will wake the reconciler again.
+func (a *Applier) behind(key objectKey, live client.Object) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w, ok := a.written[key]
+	if !ok {
+		return false
+	}
+	rv, err := strconv.ParseUint(live.GetResourceVersion(), 10, 64)
+	return err == nil && rv < w.resourceVersion
+}
+
+func (a *Applier) remember(key objectKey, out *unstructured.Unstructured) {
+	if out == nil {
+		return
+	}
+	rv, err := strconv.ParseUint(out.GetResourceVersion(), 10, 64)
+	if err != nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.written[key] = write{resourceVersion: rv, at: time.Now()}
+}
+
+// Forget drops what the Applier remembers of an object (it was deleted).
+func (a *Applier) Forget(group, kind, namespace, name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.written, objectKey{group, kind, namespace, name})
 }
 
 // withFields returns objs with the object that partial names replaced by a
@@ -102,51 +351,79 @@ func merge(dst, src map[string]any) {
 	}
 }
 
-func (a *Applier) applyHandoff(ctx context.Context, partial *unstructured.Unstructured) error {
-	mapping, err := a.RESTMapper.RESTMapping(partial.GroupVersionKind().GroupKind(), partial.GroupVersionKind().Version)
-	if err != nil {
-		return err
+// contains reports whether every field of want has the same value in live
+// (live may hold more: defaults, status). Lists must have the same elements
+// in the same order. Numbers compare by value.
+func contains(live, want any) bool {
+	switch w := want.(type) {
+	case map[string]any:
+		l, ok := live.(map[string]any)
+		if !ok {
+			return len(w) == 0 && live == nil
+		}
+		for k, wv := range w {
+			if !contains(l[k], wv) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		l, ok := live.([]any)
+		if !ok {
+			return len(w) == 0 && live == nil
+		}
+		if len(l) != len(w) {
+			return false
+		}
+		for i := range w {
+			if !contains(l[i], w[i]) {
+				return false
+			}
+		}
+		return true
+	case nil:
+		return true
 	}
-	body, err := partial.MarshalJSON()
-	if err != nil {
-		return err
+	if lf, ok := number(live); ok {
+		if wf, ok := number(want); ok {
+			return lf == wf
+		}
 	}
-	_, err = a.Dynamic.Resource(mapping.Resource).Namespace(partial.GetNamespace()).Patch(ctx, partial.GetName(),
-		types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: HandoffManager, Force: ptr.To(true)})
-	if err != nil {
-		return fmt.Errorf("applying %s %s as %s: %w", partial.GetKind(), partial.GetName(), HandoffManager, err)
-	}
-	return nil
+	return reflect.DeepEqual(live, want)
 }
 
-func (a *Applier) applySet(ctx context.Context, swa *webappv1.SimpleWebApp, objs []*unstructured.Unstructured) error {
-	gvk := webappv1.GroupVersion.WithKind("SimpleWebApp")
-	owner := metav1.NewControllerRef(swa, gvk)
-	items := make([]*manifest.Object, 0, len(objs))
-	for _, u := range objs {
-		u = u.DeepCopy()
-		u.SetOwnerReferences([]metav1.OwnerReference{*owner})
-		obj, err := manifest.NewObject(u)
-		if err != nil {
-			return err
-		}
-		items = append(items, obj)
+func number(v any) (float64, bool) {
+	switch n := v.(type) {
+	case int64:
+		return float64(n), true
+	case int:
+		return float64(n), true
+	case int32:
+		return float64(n), true
+	case float64:
+		return n, true
 	}
-	// The ApplySet parent needs its kind; objects from a typed client carry none.
-	parentObj := swa.DeepCopy()
-	parentObj.SetGroupVersionKind(gvk)
-	parent, err := applier.NewParentRef(a.RESTMapper, parentObj, gvk, swa.Name, swa.Namespace)
-	if err != nil {
-		return fmt.Errorf("mapping SimpleWebApp: %w", err)
-	}
-	return a.applier.Apply(ctx, applier.ApplierOptions{
-		Objects:       items,
-		RESTMapper:    a.RESTMapper,
-		Namespace:     swa.Namespace,
-		Prune:         true,
-		Force:         true, // take back fields that someone edited by hand (drift)
-		ParentRef:     parent,
-		Client:        a.Client,
-		DynamicClient: a.Dynamic,
-	})
+	return 0, false
 }
+
+func toUnstructured(o client.Object) (*unstructured.Unstructured, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+	if err != nil {
+		return nil, err
+	}
+	return &unstructured.Unstructured{Object: m}, nil
+}
+
+func fromUnstructured(u *unstructured.Unstructured, kind ManagedKind) (client.Object, error) {
+	if u == nil {
+		return nil, nil
+	}
+	o := kind.New()
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, o); err != nil {
+		return nil, fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
+	}
+	return o, nil
+}
+
+// isStaleRead reports whether err means the cache was behind.
+func isStaleRead(err error) bool { return errors.Is(err, errStaleRead) }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -49,7 +50,7 @@ func (w *ChannelWatcher) Start(ctx context.Context) error {
 		case <-ticker.C:
 		}
 		now := fingerprint(w.Dir)
-		if !sameFiles(now, prev) { // still changing: note what, wait for it to settle
+		if !maps.Equal(now, prev) { // still changing: note what, wait for it to settle
 			c, v := changes(prev, now)
 			maps.Copy(channels, c)
 			maps.Copy(versions, v)
@@ -59,7 +60,7 @@ func (w *ChannelWatcher) Start(ctx context.Context) error {
 		if len(channels) == 0 && len(versions) == 0 {
 			continue
 		}
-		logger.Info("channels directory changed", "channels", keys(channels), "versions", keys(versions))
+		logger.Info("channels directory changed", "channels", slices.Sorted(maps.Keys(channels)), "versions", slices.Sorted(maps.Keys(versions)))
 		if err := w.wake(ctx, channels, versions); err != nil {
 			logger.Error(err, "waking SimpleWebApps after a channel change")
 		}
@@ -120,18 +121,6 @@ func fingerprint(dir fs.FS) map[string]string {
 	return files
 }
 
-func sameFiles(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
 // changes names the channels (top-level files) and package versions
 // (packages/<name>/<version>/...) whose files differ between a and b.
 func changes(a, b map[string]string) (channels, versions map[string]bool) {
@@ -156,12 +145,4 @@ func changes(a, b map[string]string) (channels, versions map[string]bool) {
 		}
 	}
 	return channels, versions
-}
-
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }

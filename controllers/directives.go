@@ -3,10 +3,15 @@ package controllers
 import (
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/blang/semver/v4"
 	"github.com/google/cel-go/cel"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	apiservercel "k8s.io/apiserver/pkg/apis/cel"
+	"k8s.io/apiserver/pkg/cel/environment"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
 
 // Annotations a package may put on its objects; the render acts on them and
@@ -30,12 +35,6 @@ const (
 	AnnotationHandoffWhen = "simplewebapp.example.com/handoff-when"
 )
 
-// HandoffManager is the field manager of the handoff fields. A separate
-// manager lets the operator release them: server-side apply deletes a field
-// that its only manager stops applying, but not one that a manager that no
-// longer applies still co-owns.
-const HandoffManager = ManagerName + "-handoff"
-
 // OperatorVersion is this operator's version, compared with
 // AnnotationMinOperatorVersion. Release builds set it with
 // -ldflags "-X example.com/simplewebapp-operator/controllers.OperatorVersion=...".
@@ -43,7 +42,8 @@ var OperatorVersion = "0.2.0"
 
 // applyDirectives filters and cleans rendered objects by their annotations,
 // and splits off the handoff fields.
-func applyDirectives(version string, objs []*unstructured.Unstructured, instance map[string]any) (*Rendered, error) {
+func applyDirectives(rel Release, objs []*unstructured.Unstructured, instance map[string]any) (*Rendered, error) {
+	version := rel.Version
 	operator, err := semver.ParseTolerant(OperatorVersion)
 	if err != nil {
 		return nil, fmt.Errorf("operator version %q: %w", OperatorVersion, err)
@@ -54,16 +54,16 @@ func applyDirectives(version string, objs []*unstructured.Unstructured, instance
 		if minVersion, ok := ann[AnnotationMinOperatorVersion]; ok {
 			v, err := semver.ParseTolerant(minVersion)
 			if err != nil {
-				return nil, stalled(ReasonRenderFailed, "package %s: %s %s: invalid %s %q", version, o.GetKind(), o.GetName(), AnnotationMinOperatorVersion, minVersion)
+				return nil, stalled(webappv1.ReasonRenderFailed, "package %s: %s %s: invalid %s %q", version, o.GetKind(), o.GetName(), AnnotationMinOperatorVersion, minVersion)
 			}
 			if operator.LT(v) {
-				return nil, stalled(ReasonOperatorTooOld, "package %s needs operator %s or newer; this operator is %s", version, minVersion, OperatorVersion)
+				return nil, stalled(webappv1.ReasonOperatorTooOld, "package %s needs operator %s or newer; this operator is %s", version, minVersion, OperatorVersion)
 			}
 		}
 		if expr, ok := ann[AnnotationIncludeWhen]; ok {
 			include, err := evalCondition(expr, instance)
 			if err != nil {
-				return nil, stalled(ReasonRenderFailed, "package %s: %s %s: %s: %v", version, o.GetKind(), o.GetName(), AnnotationIncludeWhen, err)
+				return nil, stalled(webappv1.ReasonRenderFailed, "package %s: %s %s: %s: %v", version, o.GetKind(), o.GetName(), AnnotationIncludeWhen, err)
 			}
 			if !include {
 				continue
@@ -71,7 +71,7 @@ func applyDirectives(version string, objs []*unstructured.Unstructured, instance
 		}
 		handoff, err := splitHandoff(o, ann, instance)
 		if err != nil {
-			return nil, stalled(ReasonRenderFailed, "package %s: %s %s: %v", version, o.GetKind(), o.GetName(), err)
+			return nil, stalled(webappv1.ReasonRenderFailed, "package %s: %s %s: %v", version, o.GetKind(), o.GetName(), err)
 		}
 		for _, k := range []string{AnnotationIncludeWhen, AnnotationMinOperatorVersion, AnnotationHandoffFields, AnnotationHandoffWhen} {
 			delete(ann, k)
@@ -128,17 +128,51 @@ func splitHandoff(o *unstructured.Unstructured, ann map[string]string, instance 
 	return partial, nil
 }
 
-func evalCondition(expr string, instance map[string]any) (bool, error) {
-	// Numbers from YAML are float64: compare them with int literals as numbers.
-	env, err := cel.NewEnv(cel.Variable("self", cel.DynType), cel.CrossTypeNumericComparisons(true))
+// celEnv is the Kubernetes CEL environment (the one CRD validation rules and
+// ValidatingAdmissionPolicies use: its libraries and cost model) with the
+// instance bound to `self`.
+var celEnv = func() *cel.Env {
+	envSet, err := environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()).Extend(environment.VersionedOptions{
+		IntroducedVersion: environment.DefaultCompatibilityVersion(),
+		// Numbers from YAML are float64: compare them with int literals as numbers.
+		EnvOptions: []cel.EnvOption{cel.Variable("self", cel.DynType), cel.CrossTypeNumericComparisons(true)},
+	})
 	if err != nil {
-		return false, err
+		panic(err)
 	}
-	ast, iss := env.Compile(expr)
+	env, err := envSet.Env(environment.NewExpressions)
+	if err != nil {
+		panic(err)
+	}
+	return env
+}()
+
+// celCostLimit bounds one evaluation, as the API server bounds one
+// validation rule (about 0.1 s of CPU).
+const celCostLimit = apiservercel.PerCallLimit
+
+// celPrograms holds each expression compiled once: expressions come from
+// packages, so there are as many as package versions have directives.
+var celPrograms sync.Map // expression → cel.Program
+
+func celProgram(expr string) (cel.Program, error) {
+	if p, ok := celPrograms.Load(expr); ok {
+		return p.(cel.Program), nil
+	}
+	ast, iss := celEnv.Compile(expr)
 	if iss.Err() != nil {
-		return false, iss.Err()
+		return nil, iss.Err()
 	}
-	prg, err := env.Program(ast)
+	prg, err := celEnv.Program(ast, cel.CostLimit(celCostLimit), cel.InterruptCheckFrequency(100))
+	if err != nil {
+		return nil, err
+	}
+	celPrograms.Store(expr, prg)
+	return prg, nil
+}
+
+func evalCondition(expr string, instance map[string]any) (bool, error) {
+	prg, err := celProgram(expr)
 	if err != nil {
 		return false, err
 	}

@@ -3,27 +3,15 @@ package controllers
 import (
 	"errors"
 	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
 
-// Reasons of the Stalled condition: why a generation cannot be applied.
-const (
-	ReasonChannelNotFound  = "ChannelNotFound"
-	ReasonChannelInvalid   = "ChannelInvalid"
-	ReasonVersionNotFound  = "VersionNotFound"
-	ReasonRenderFailed     = "RenderFailed"
-	ReasonOperatorTooOld   = "OperatorTooOld"
-	ReasonPatchNotAllowed  = "PatchNotAllowed"
-	ReasonApplyFailed      = "ApplyFailed"
-	ReasonRolloutFailed    = "RolloutFailed"
-	ReasonRolledBack       = "RolledBack"
-	ReasonProgressing      = "Progressing"
-	ReasonAvailable        = "Available"
-	ReasonReconcileSuccess = "ReconciliationSucceeded"
-)
-
-// StepError is a failed pipeline step with the reason it reports in status.
-// Terminal errors wait for a change of the spec or the channels instead of
-// being retried with backoff.
+// StepError is a failed pipeline step with the reason it reports in status
+// (a webappv1.Reason*). Terminal errors wait for a change of the spec or the
+// channels instead of being retried with backoff.
 type StepError struct {
 	Reason   string
 	Message  string
@@ -32,6 +20,7 @@ type StepError struct {
 
 func (e *StepError) Error() string { return e.Reason + ": " + e.Message }
 
+// stalled is a terminal StepError.
 func stalled(reason, format string, args ...any) error {
 	return &StepError{Reason: reason, Message: fmt.Sprintf(format, args...), Terminal: true}
 }
@@ -39,9 +28,36 @@ func stalled(reason, format string, args ...any) error {
 // asStepError classifies any error from the pipeline; unknown errors are
 // transient and keep the given reason.
 func asStepError(err error, reason string) *StepError {
-	var se *StepError
-	if errors.As(err, &se) {
+	if se, ok := errors.AsType[*StepError](err); ok {
 		return se
 	}
 	return &StepError{Reason: reason, Message: err.Error()}
+}
+
+// errStaleRead: the cache holds an older copy of an object than the
+// operator's own last write. Not a failure: requeued through the rate
+// limiter until the cache catches up.
+var errStaleRead = errors.New("the cache is behind the operator's last write")
+
+// objectError classifies the API server's answer to a write of one object:
+// forbidden or invalid is final for this input (ApplyRejected, with the
+// object and the server's message); a conflict is a stale read; anything
+// else (timeouts, unavailable) is retried.
+func objectError(err error, kind, name, verb string) error {
+	switch {
+	case apierrors.IsForbidden(err) || apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) ||
+		apierrors.IsRequestEntityTooLargeError(err) || apierrors.IsMethodNotSupported(err):
+		return stalled(webappv1.ReasonApplyRejected, "%s %s: the API server refused the %s: %s", kind, name, verb, string(apierrors.ReasonForError(err))+": "+errMessage(err))
+	case apierrors.IsConflict(err):
+		return fmt.Errorf("%s %s: %w: %v", kind, name, errStaleRead, err)
+	}
+	return fmt.Errorf("%s %s: %s: %w", kind, name, verb, err)
+}
+
+func errMessage(err error) string {
+	var s apierrors.APIStatus
+	if errors.As(err, &s) {
+		return s.Status().Message
+	}
+	return err.Error()
 }

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
@@ -15,10 +16,18 @@ var (
 		Help:    "Time to render a package version for one SimpleWebApp (kustomize in memory).",
 		Buckets: prometheus.ExponentialBuckets(0.001, 2, 12),
 	})
+	renderCacheHits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "simplewebapp_render_cache_hits_total",
+		Help: "Reconciles that reused a render because its inputs (package files, spec) did not change.",
+	})
 	applies = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "simplewebapp_applies_total",
-		Help: "Server-side applies of a SimpleWebApp's objects, by result (success, error, conflict).",
+		Help: "Passes over a SimpleWebApp's objects, by result: success (something was written), unchanged (nothing needed a write), error, conflict (a stale read, retried).",
 	}, []string{"result"})
+	writes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "simplewebapp_object_writes_total",
+		Help: "Writes (create, apply, field-manager take-over, ApplySet parent) of SimpleWebApps' objects.",
+	})
 	objectsApplied = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "simplewebapp_objects_applied",
 		Help: "Objects in the last successful apply of each SimpleWebApp.",
@@ -42,7 +51,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(renderDuration, applies, objectsApplied, upgrades, rollbacks, readyGauge, stalledGauge)
+	metrics.Registry.MustRegister(renderDuration, renderCacheHits, applies, writes, objectsApplied, upgrades, rollbacks, readyGauge, stalledGauge)
 }
 
 // recordMetrics updates the per-SimpleWebApp gauges and the event counters
@@ -52,10 +61,21 @@ func recordMetrics(before, after *webappv1.SimpleWebApp, o outcome) {
 	if o.objects != nil {
 		objectsApplied.WithLabelValues(ns, name).Set(float64(len(o.objects)))
 	}
-	readyGauge.WithLabelValues(ns, name).Set(boolFloat(isTrue(after, "Ready")))
+	writes.Add(float64(o.writes))
+	switch {
+	case o.staleRead:
+		applies.WithLabelValues("conflict").Inc()
+	case o.failure != nil && !o.applied:
+		applies.WithLabelValues("error").Inc()
+	case o.writes > 0:
+		applies.WithLabelValues("success").Inc()
+	case o.applied:
+		applies.WithLabelValues("unchanged").Inc()
+	}
+	readyGauge.WithLabelValues(ns, name).Set(boolFloat(isReady(after)))
 	stalledGauge.DeletePartialMatch(prometheus.Labels{"namespace": ns, "name": name})
 	for _, c := range after.Status.Conditions {
-		if c.Type == "Stalled" && c.Status == "True" {
+		if c.Type == webappv1.ConditionStalled && c.Status == metav1.ConditionTrue {
 			stalledGauge.WithLabelValues(ns, name, c.Reason).Set(1)
 		}
 	}

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"sort"
 
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/kustomize/api/krusty"
 	kustypes "sigs.k8s.io/kustomize/api/types"
@@ -28,84 +28,128 @@ const (
 // instanceFile is where the package reads the SimpleWebApp being rendered.
 const instanceFile = "instance.yaml"
 
+// Limits that keep one SimpleWebApp from costing the operator more than a
+// bounded amount of memory and CPU, whatever its spec says.
+const (
+	// maxRenderedBytes caps the JSON size of everything one SimpleWebApp
+	// renders (our packages render about 6 KiB).
+	maxRenderedBytes = 512 << 10
+	// maxRenderedObjects caps how many objects one SimpleWebApp renders.
+	maxRenderedObjects = 32
+)
+
+func init() {
+	// kustomize runs JSON 6902 patches through this library, whose copy
+	// operation is unbounded by default (a 1 KiB patch can grow a document
+	// exponentially). spec.patches may not use copy or move at all; this is
+	// the second line of defence, as the API server sets it too.
+	jsonpatch.AccumulatedCopySizeLimit = maxRenderedBytes
+}
+
 // Rendered is what the operator applies for one SimpleWebApp.
 type Rendered struct {
-	// Objects are applied as one ApplySet by ManagerName.
+	// Objects are applied by ManagerName.
 	Objects []*unstructured.Unstructured
 	// Handoffs are partial objects with the fields that the package hands
 	// off under a condition which is false now: applied as HandoffManager.
 	Handoffs []*unstructured.Unstructured
 }
 
-// Render builds the objects of one SimpleWebApp from a package version. It is
-// a pure function of (package files, object identity, spec): kustomize runs in
-// memory, and all spec-to-manifest mapping is declared inside the package.
+// Render builds the objects of one SimpleWebApp from a package version: the
+// package rendered with kustomize in memory for the spec, the user's patches
+// checked against what the package lets them change, the package's
+// directives acted on, and every object checked against the security floor.
+// It is a pure function of (package files, object identity, spec): the
+// reconciler, the golden tests and `kubectl swa render` all call it.
 func Render(rel Release, swa *webappv1.SimpleWebApp) (*Rendered, error) {
-	objs, err := build(rel, swa, swa.Spec.Patches)
-	if err != nil || len(swa.Spec.Patches) == 0 {
-		return objs, err
+	if err := checkPatchOperations(swa.Spec.Patches); err != nil {
+		return nil, err
 	}
-	// Patches may only modify what the package renders: the same objects,
-	// names, namespaces and kinds must come out with and without them.
-	unpatched, err := build(rel, swa, nil)
+	objs, instance, err := build(rel, swa, swa.Spec.Patches)
 	if err != nil {
 		return nil, err
 	}
-	if got, want := identities(objs.Objects), identities(unpatched.Objects); got != want {
-		return nil, stalled(ReasonPatchNotAllowed,
-			"spec.patches may only modify rendered objects, not add, rename or move them: renders %s instead of %s", got, want)
+	base := objs
+	if len(swa.Spec.Patches) > 0 {
+		if base, _, err = build(rel, swa, nil); err != nil {
+			return nil, err
+		}
+		policy, err := loadPatchPolicy(rel)
+		if err != nil {
+			return nil, err
+		}
+		if err := policy.check(base, objs); err != nil {
+			return nil, err
+		}
 	}
-	return objs, nil
+	out, err := applyDirectives(rel, objs, instance)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFloor(swa, out, base); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
-func build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) (*Rendered, error) {
+// build runs kustomize for swa with the given patches. It returns the
+// objects (directive annotations still on them) and the instance document the
+// package's directives are evaluated against.
+func build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([]*unstructured.Unstructured, map[string]any, error) {
 	mem := filesys.MakeFsInMemory()
 	if err := copyPackage(rel.Files, mem, "/package"); err != nil {
-		return nil, fmt.Errorf("loading package %s: %w", rel.Version, err)
+		return nil, nil, fmt.Errorf("loading package %s: %w", rel.Version, err)
 	}
 	instance, err := instanceFor(rel.Files, swa)
 	if err != nil {
-		return nil, stalled(ReasonRenderFailed, "package %s: %v", rel.Version, err)
+		return nil, nil, stalled(webappv1.ReasonRenderFailed, "package %s: %v", rel.Version, err)
 	}
 	instanceYAML, err := yaml.Marshal(instance)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := mem.WriteFile("/package/"+instanceFile, instanceYAML); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	overlay, err := yaml.Marshal(overlayFor(swa, patches))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := mem.WriteFile("/overlay/kustomization.yaml", overlay); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	opts := krusty.MakeDefaultOptions()
 	opts.Reorder = krusty.ReorderOptionLegacy // ConfigMaps before the Deployment that mounts them
 	resources, err := krusty.MakeKustomizer(opts).Run(mem, "/overlay")
 	if err != nil {
-		return nil, stalled(ReasonRenderFailed, "rendering package %s: %v", rel.Version, err)
+		return nil, nil, stalled(webappv1.ReasonRenderFailed, "rendering package %s: %v", rel.Version, err)
+	}
+	if resources.Size() > maxRenderedObjects {
+		return nil, nil, stalled(webappv1.ReasonRenderFailed, "package %s renders %d objects, more than the limit of %d", rel.Version, resources.Size(), maxRenderedObjects)
 	}
 	objs := make([]*unstructured.Unstructured, 0, resources.Size())
+	size := 0
 	for _, res := range resources.Resources() {
 		// Through JSON, so numbers are int64/float64 as in any unstructured
 		// object (kustomize's maps hold plain ints, which DeepCopy rejects).
 		b, err := res.MarshalJSON()
 		if err != nil {
-			return nil, stalled(ReasonRenderFailed, "package %s: %v", rel.Version, err)
+			return nil, nil, stalled(webappv1.ReasonRenderFailed, "package %s: %v", rel.Version, err)
+		}
+		if size += len(b); size > maxRenderedBytes {
+			return nil, nil, stalled(webappv1.ReasonRenderFailed, "package %s renders more than the limit of %d KiB", rel.Version, maxRenderedBytes>>10)
 		}
 		u := &unstructured.Unstructured{}
 		if err := u.UnmarshalJSON(b); err != nil {
-			return nil, stalled(ReasonRenderFailed, "package %s: %v", rel.Version, err)
+			return nil, nil, stalled(webappv1.ReasonRenderFailed, "package %s: %v", rel.Version, err)
 		}
 		if u.GetNamespace() != swa.Namespace {
-			return nil, stalled(ReasonRenderFailed, "package %s renders %s %s outside namespace %s", rel.Version, u.GetKind(), u.GetName(), swa.Namespace)
+			return nil, nil, stalled(webappv1.ReasonRenderFailed, "package %s renders %s %s outside namespace %s", rel.Version, u.GetKind(), u.GetName(), swa.Namespace)
 		}
 		objs = append(objs, u)
 	}
-	return applyDirectives(rel.Version, objs, instance)
+	return objs, instance, nil
 }
 
 // overlayFor is the per-object layer on top of the package: where the objects
@@ -160,6 +204,25 @@ func withObjectHeader(p webappv1.Patch) string {
 	return string(out)
 }
 
+// checkPatchOperations refuses JSON 6902 operations that can make a small
+// patch expensive (copy, move) before kustomize runs them.
+func checkPatchOperations(patches []webappv1.Patch) error {
+	for i, p := range patches {
+		var ops []map[string]any
+		if err := yaml.Unmarshal([]byte(p.Patch), &ops); err != nil {
+			continue // not a list: a strategic merge patch (or broken, which kustomize reports)
+		}
+		for j, op := range ops {
+			switch op["op"] {
+			case "add", "remove", "replace", "test":
+			default:
+				return stalled(webappv1.ReasonPatchNotAllowed, "spec.patches[%d] operation %d: op %q is not allowed (only add, remove, replace and test)", i, j, op["op"])
+			}
+		}
+	}
+	return nil
+}
+
 // instanceFor lays the SimpleWebApp's spec over the package's instance.yaml,
 // which holds a default for every field the package maps, so the package's
 // replacements always find their source.
@@ -210,15 +273,4 @@ func copyPackage(src fs.FS, dst filesys.FileSystem, root string) error {
 		}
 		return dst.WriteFile(path.Join(root, p), b)
 	})
-}
-
-// identities lists group/kind/namespace/name of the objects, sorted, as text.
-func identities(objs []*unstructured.Unstructured) string {
-	ids := make([]string, 0, len(objs))
-	for _, o := range objs {
-		gvk := o.GroupVersionKind()
-		ids = append(ids, fmt.Sprintf("%s/%s %s/%s", gvk.Group, gvk.Kind, o.GetNamespace(), o.GetName()))
-	}
-	sort.Strings(ids)
-	return fmt.Sprint(ids)
 }

@@ -51,10 +51,10 @@ func (c Channels) Resolve(ctx context.Context, spec webappv1.SimpleWebAppSpec) (
 		}
 		raw, source, err := c.read(rel.Channel)
 		if errors.Is(err, fs.ErrNotExist) {
-			return rel, stalled(ReasonChannelNotFound, "channel %q does not exist", rel.Channel)
+			return rel, stalled(webappv1.ReasonChannelNotFound, "channel %q does not exist", rel.Channel)
 		}
 		if err != nil {
-			return rel, stalled(ReasonChannelInvalid, "reading channel %q from %s: %v", rel.Channel, source, err)
+			return rel, stalled(webappv1.ReasonChannelInvalid, "reading channel %q from %s: %v", rel.Channel, source, err)
 		}
 		sum := sha256.Sum256(raw)
 		rel.ChannelRevision = hex.EncodeToString(sum[:8])
@@ -62,11 +62,11 @@ func (c Channels) Resolve(ctx context.Context, spec webappv1.SimpleWebAppSpec) (
 		// could silently move apps to another version.
 		var ch loaders.Channel
 		if err := yaml.UnmarshalStrict(raw, &ch); err != nil {
-			return rel, stalled(ReasonChannelInvalid, "channel %q in %s is malformed: %v", rel.Channel, source, err)
+			return rel, stalled(webappv1.ReasonChannelInvalid, "channel %q in %s is malformed: %v", rel.Channel, source, err)
 		}
 		latest, _ := ch.Latest(ctx, PackageName)
 		if latest == nil {
-			return rel, stalled(ReasonChannelInvalid, "channel %q in %s lists no version of %s", rel.Channel, source, PackageName)
+			return rel, stalled(webappv1.ReasonChannelInvalid, "channel %q in %s lists no version of %s", rel.Channel, source, PackageName)
 		}
 		rel.Version = latest.Version
 	}
@@ -74,9 +74,9 @@ func (c Channels) Resolve(ctx context.Context, spec webappv1.SimpleWebAppSpec) (
 	files, err := c.sub(dir)
 	if err != nil {
 		if rel.Channel != "" {
-			return rel, stalled(ReasonVersionNotFound, "channel %q lists version %s, which has no package", rel.Channel, rel.Version)
+			return rel, stalled(webappv1.ReasonVersionNotFound, "channel %q lists version %s, which has no package", rel.Channel, rel.Version)
 		}
-		return rel, stalled(ReasonVersionNotFound, "version %s of %s does not exist", rel.Version, PackageName)
+		return rel, stalled(webappv1.ReasonVersionNotFound, "version %s of %s does not exist", rel.Version, PackageName)
 	}
 	rel.Files = files
 	return rel, nil

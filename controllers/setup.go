@@ -3,10 +3,6 @@ package controllers
 import (
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
-	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/dynamic"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -15,18 +11,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 )
 
-// CacheOptions caches only the objects this operator manages, not every
-// Deployment, Service and ConfigMap of the cluster, so the operator's memory
-// grows with SimpleWebApps, not with the cluster.
+// CacheOptions caches only the objects this operator manages (ManagedKinds
+// with its managed-by label), not every Deployment, Service and ConfigMap of
+// the cluster, and trims their field managers: the operator's memory grows
+// with SimpleWebApps, not with the cluster.
 func CacheOptions() cache.Options {
-	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagerName})}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&appsv1.Deployment{}:                     managed,
-		&corev1.Service{}:                        managed,
-		&corev1.ConfigMap{}:                      managed,
-		&policyv1.PodDisruptionBudget{}:          managed,
-		&autoscalingv2.HorizontalPodAutoscaler{}: managed,
-	}}
+	managed := cache.ByObject{
+		Label:     labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagerName}),
+		Transform: trimManagedFields,
+	}
+	byObject := map[client.Object]cache.ByObject{}
+	for _, k := range ManagedKinds {
+		byObject[k.New()] = managed
+	}
+	return cache.Options{ByObject: byObject}
 }
 
 // Options configure Setup.
@@ -35,6 +33,15 @@ type Options struct {
 	Channels Channels
 	// ChannelsPollInterval is how often Channels.Dir is checked for changes.
 	ChannelsPollInterval time.Duration
+	// MaxConcurrentReconciles: SimpleWebApps reconciled at once (default 4).
+	MaxConcurrentReconciles int
+	// StatusDelay batches a Deployment's status changes into one status
+	// write (default 500ms).
+	StatusDelay time.Duration
+	// RenderCacheSize is how many renders are remembered (default 4096).
+	RenderCacheSize int
+	// RenderTimeout bounds one render (default 10s).
+	RenderTimeout time.Duration
 }
 
 // Setup wires a SimpleWebAppReconciler into mgr, and a ChannelWatcher when
@@ -44,12 +51,20 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.StatusDelay <= 0 {
+		opts.StatusDelay = 500 * time.Millisecond
+	}
+	if opts.RenderCacheSize <= 0 {
+		opts.RenderCacheSize = 4096
+	}
 	r := &SimpleWebAppReconciler{
-		Client:    mgr.GetClient(),
-		APIReader: mgr.GetAPIReader(),
-		Recorder:  mgr.GetEventRecorder(ManagerName),
-		Channels:  opts.Channels,
-		Applier:   NewApplier(mgr.GetClient(), dyn, mgr.GetRESTMapper()),
+		Client:                  mgr.GetClient(),
+		Recorder:                mgr.GetEventRecorder(ManagerName),
+		Channels:                opts.Channels,
+		Renders:                 NewRenderCache(opts.RenderCacheSize, opts.RenderTimeout),
+		Applier:                 NewApplier(mgr.GetClient(), mgr.GetAPIReader(), dyn, mgr.GetRESTMapper()),
+		StatusDelay:             opts.StatusDelay,
+		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 	}
 	var channelEvents chan event.GenericEvent
 	if opts.Channels.Dir != nil {

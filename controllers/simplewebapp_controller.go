@@ -1,25 +1,28 @@
 // Package controllers reconciles SimpleWebApps with the declarative pattern:
 // resolve a version of a manifest channel, render it with kustomize from the
-// spec, server-side-apply it as an ApplySet, and report the workload's health.
+// spec, server-side-apply it (only what changed), and report the workload's
+// health.
 package controllers
 
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -30,211 +33,166 @@ import (
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
 
-// staleReadRetry is how long to wait before re-reading a SimpleWebApp whose
-// cached copy was older than our own last write.
-const staleReadRetry = 100 * time.Millisecond
-
-// SimpleWebAppReconciler runs the pipeline resolve → render → apply (+prune)
-// → observe for each SimpleWebApp, and writes status from what it saw.
+// SimpleWebAppReconciler runs the pipeline (pipeline.go) for each
+// SimpleWebApp and writes status from what it saw.
 type SimpleWebAppReconciler struct {
-	Client client.Client
-	// APIReader reads the workload uncached right after an apply, so status
-	// never reports the previous generation's health as current.
-	APIReader client.Reader
-	Recorder  recorder.EventRecorder
-	Channels  Channels
-	Applier   *Applier
+	// Client reads from the cache, which holds only managed objects.
+	Client   client.Client
+	Recorder recorder.EventRecorder
+	Channels Channels
+	Renders  *RenderCache
+	Applier  *Applier
+	// StatusDelay batches the status changes of a child (a Deployment
+	// rolling out) into one status write.
+	StatusDelay time.Duration
+	// MaxConcurrentReconciles is how many SimpleWebApps are reconciled at
+	// once, so a slow one never holds up the others.
+	MaxConcurrentReconciles int
+
+	inflight      sync.Map // reconcile.Request → start time (stuck reconciles fail liveness)
+	statusMu      sync.Mutex
+	statusWritten map[types.NamespacedName]uint64 // resourceVersion of our last status write
 }
 
-// +kubebuilder:rbac:groups=example.com,resources=simplewebapps,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=example.com,resources=simplewebapps/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=example.com,resources=simplewebapps,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=example.com,resources=simplewebapps/status,verbs=get;patch
 // +kubebuilder:rbac:groups=example.com,resources=simplewebapps/finalizers,verbs=update
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile only does bookkeeping: fetch, run the pipeline, write status and
-// events from its outcome.
+// Reconcile only does bookkeeping: fetch, run the pipeline, write status,
+// events and metrics from its outcome.
 func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	r.inflight.Store(req, time.Now())
+	defer r.inflight.Delete(req)
+
 	swa := &webappv1.SimpleWebApp{}
 	if err := r.Client.Get(ctx, req.NamespacedName, swa); err != nil {
 		if apierrors.IsNotFound(err) {
 			forgetMetrics(req.Namespace, req.Name)
+			r.forgetStatus(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !swa.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil // owner references let the garbage collector remove the children
 	}
+	if r.statusBehind(swa) {
+		// Our cached copy predates our own last status write: acting on it
+		// could forget what that write recorded. The cache catches up soon.
+		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // rate-limited on purpose
+	}
 
 	o := r.reconcile(ctx, swa)
 	if o.staleRead {
-		// Our cached copy of swa predates our own last write (kdp updates the
-		// ApplySet labels on it): not a failure. The cache catches up within
-		// milliseconds; read it again then.
-		log.FromContext(ctx).V(1).Info("conflict on the SimpleWebApp, requeueing")
-		return ctrl.Result{RequeueAfter: staleReadRetry}, nil
+		log.FromContext(ctx).V(1).Info("stale read, requeueing", "message", o.failure.Message)
+		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // rate-limited on purpose
 	}
 	if o.failure != nil {
 		log.FromContext(ctx).Info("reconcile failed", "reason", o.failure.Reason, "message", o.failure.Message, "terminal", o.failure.Terminal)
-		// Still report the health of the last applied workload, which keeps running.
-		if err := r.observe(ctx, swa, &o); err != nil {
-			return ctrl.Result{}, err
-		}
 	}
 	before := swa.DeepCopy()
-	swa.Status = computeStatus(swa, o)
+	if err := r.writeStatus(ctx, swa, o); err != nil {
+		if isStaleRead(err) {
+			return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // rate-limited on purpose
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
 	r.recordEvents(before, swa, o)
 	recordMetrics(before, swa, o)
-	if !reflect.DeepEqual(before.Status, swa.Status) {
-		if err := r.Client.Status().Patch(ctx, swa, client.MergeFrom(before)); err != nil {
-			return ctrl.Result{}, client.IgnoreNotFound(err)
-		}
-	}
 	if o.failure != nil && !o.failure.Terminal {
 		return ctrl.Result{}, o.failure // retried with backoff
 	}
-	return ctrl.Result{RequeueAfter: o.requeueAfter}, nil
+	return ctrl.Result{RequeueAfter: o.gate.requeueAfter}, nil
 }
 
-// reconcile is the pipeline: resolve → (hold back a failed version) → render
-// → apply+prune → observe → gate the upgrade, rolling back if it failed. Each
-// step fails with a typed reason.
-func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.SimpleWebApp) outcome {
-	var o outcome
-	rel, err := r.Channels.Resolve(ctx, swa.Spec)
-	if err != nil {
-		o.failure = asStepError(err, ReasonVersionNotFound)
-		return o
-	}
-	if heldBack(swa, rel) {
-		if rel, err = r.lastHealthy(ctx, swa, rel); err != nil {
-			o.failure = asStepError(err, ReasonVersionNotFound)
-			return o
-		}
-		o.heldBack = true
-	}
+// writeStatus computes swa's status from o and patches it when it changed,
+// with the resourceVersion as a precondition. swa holds the new status.
+func (r *SimpleWebAppReconciler) writeStatus(ctx context.Context, swa *webappv1.SimpleWebApp, o outcome) error {
 	before := swa.DeepCopy()
-	if announceVersionChange(swa, rel) {
-		if err := r.Client.Status().Patch(ctx, swa, client.MergeFrom(before)); err != nil {
-			o.staleRead = apierrors.IsConflict(err)
-			o.failure = asStepError(err, ReasonApplyFailed)
-			return o
-		}
-	}
-	if !r.applyRelease(ctx, swa, rel, &o) {
-		return o
-	}
-	if err := r.observe(ctx, swa, &o); err != nil {
-		o.failure = asStepError(err, ReasonApplyFailed)
-		return o
-	}
-	if gateUpgrade(swa, &o, time.Now()) {
-		back, err := r.lastHealthy(ctx, swa, rel)
-		if err != nil {
-			o.failure = asStepError(err, ReasonVersionNotFound)
-			return o
-		}
-		o.heldBack, o.rolledBack = true, true
-		if r.applyRelease(ctx, swa, back, &o) {
-			if err := r.observe(ctx, swa, &o); err != nil {
-				o.failure = asStepError(err, ReasonApplyFailed)
-			}
-		}
-	}
-	return o
-}
-
-// lastHealthy resolves the last healthy version, keeping the channel it was
-// reached through, to apply instead of desired.
-func (r *SimpleWebAppReconciler) lastHealthy(ctx context.Context, swa *webappv1.SimpleWebApp, desired Release) (Release, error) {
-	rel, err := r.Channels.Resolve(ctx, webappv1.SimpleWebAppSpec{Version: swa.Status.LastHealthyVersion})
-	rel.Channel, rel.ChannelRevision = desired.Channel, desired.ChannelRevision
-	return rel, err
-}
-
-// applyRelease renders rel for swa and applies it; it reports success.
-func (r *SimpleWebAppReconciler) applyRelease(ctx context.Context, swa *webappv1.SimpleWebApp, rel Release, o *outcome) bool {
-	o.release = rel
-	start := time.Now()
-	rendered, err := Render(rel, swa)
-	renderDuration.Observe(time.Since(start).Seconds())
-	if err != nil {
-		o.failure = asStepError(err, ReasonRenderFailed)
-		return false
-	}
-	if err := r.Applier.Apply(ctx, swa, rendered); err != nil {
-		o.staleRead = apierrors.IsConflict(err)
-		applies.WithLabelValues(map[bool]string{true: "conflict", false: "error"}[o.staleRead]).Inc()
-		o.failure = asStepError(err, ReasonApplyFailed)
-		return false
-	}
-	applies.WithLabelValues("success").Inc()
-	o.objects = rendered.Objects
-	return true
-}
-
-// observe reads the live Deployment: the one just applied, or after a failure
-// the last one applied, which keeps running.
-func (r *SimpleWebAppReconciler) observe(ctx context.Context, swa *webappv1.SimpleWebApp, o *outcome) error {
-	refs := swa.Status.Inventory
-	if o.failure == nil {
-		refs = inventory(o.objects)
-	}
-	o.workload = nil
-	name := workloadName(refs)
-	if name == "" {
+	swa.Status = computeStatus(swa, o)
+	if reflect.DeepEqual(before.Status, swa.Status) {
 		return nil
 	}
-	d := &appsv1.Deployment{}
-	err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: swa.Namespace, Name: name}, d)
-	if apierrors.IsNotFound(err) {
-		return nil
+	if err := r.Client.Status().Patch(ctx, swa, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		swa.Status = before.Status
+		if apierrors.IsConflict(err) {
+			return errStaleRead
+		}
+		return err
 	}
-	if err != nil {
-		return fmt.Errorf("reading Deployment %s: %w", name, err)
-	}
-	o.workload = d
+	r.rememberStatus(swa)
 	return nil
 }
 
+func (r *SimpleWebAppReconciler) rememberStatus(swa *webappv1.SimpleWebApp) {
+	rv, err := strconv.ParseUint(swa.ResourceVersion, 10, 64)
+	if err != nil {
+		return
+	}
+	r.statusMu.Lock()
+	defer r.statusMu.Unlock()
+	if r.statusWritten == nil {
+		r.statusWritten = map[types.NamespacedName]uint64{}
+	}
+	r.statusWritten[types.NamespacedName{Namespace: swa.Namespace, Name: swa.Name}] = rv
+}
+
+func (r *SimpleWebAppReconciler) statusBehind(swa *webappv1.SimpleWebApp) bool {
+	rv, err := strconv.ParseUint(swa.ResourceVersion, 10, 64)
+	if err != nil {
+		return false
+	}
+	r.statusMu.Lock()
+	defer r.statusMu.Unlock()
+	return rv < r.statusWritten[types.NamespacedName{Namespace: swa.Namespace, Name: swa.Name}]
+}
+
+func (r *SimpleWebAppReconciler) forgetStatus(nn types.NamespacedName) {
+	r.statusMu.Lock()
+	defer r.statusMu.Unlock()
+	delete(r.statusWritten, nn)
+}
+
 // recordEvents says what changed: a generation applied, a version moved, the
-// app became available, or why a step failed.
+// app became available, fields taken back from another manager, objects
+// pruned, or why a step failed.
 func (r *SimpleWebAppReconciler) recordEvents(before, after *webappv1.SimpleWebApp, o outcome) {
 	if f := o.failure; f != nil {
-		typ := corev1.EventTypeWarning
-		r.Recorder.Eventf(after, nil, typ, f.Reason, "Reconcile", "generation %d: %s", after.Generation, f.Message)
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, f.Reason, "Reconcile", "generation %d: %s", after.Generation, f.Message)
 		return
 	}
 	if o.rolledBack {
 		fu := after.Status.FailedUpgrade
-		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, ReasonRolledBack, "Rollback",
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, webappv1.ReasonRolledBack, "Rollback",
 			"version %s %s; rolled back to %s, which is not retried until the spec or the channel changes", fu.Version, fu.Message, after.Status.Version)
 	}
 	if up := after.Status.Upgrade; up != nil && before.Status.Upgrade == nil {
 		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "Upgrading", "Upgrade",
 			"upgrading from %s to %s; rolled back if not Ready within %s", up.From, up.To, upgradeTimeout(after))
 	}
-	if before.Status.ObservedGeneration != after.Status.ObservedGeneration || before.Status.Version != after.Status.Version {
+	if len(o.takenOver) > 0 {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "DriftCorrected", "Apply",
+			"removed fields that other field managers added: %s", strings.Join(o.takenOver, "; "))
+	}
+	if before.Status.AppliedGeneration != after.Status.AppliedGeneration || before.Status.Version != after.Status.Version {
 		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "Applied", "Apply",
 			"applied version %s for generation %d: %s", after.Status.Version, after.Generation, describe(o.objects))
 	}
-	wasReady := isTrue(before, webappv1.ConditionReady)
-	if !wasReady && isTrue(after, webappv1.ConditionReady) {
-		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, ReasonAvailable, "Observe",
+	if len(o.pruned) > 0 {
+		names := make([]string, 0, len(o.pruned))
+		for _, p := range o.pruned {
+			names = append(names, describeRef(p))
+		}
+		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "Pruned", "Prune", "deleted what the render no longer holds: %s", strings.Join(names, ", "))
+	}
+	if !isReady(before) && isReady(after) && !o.suspended {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, webappv1.ReasonAvailable, "Observe",
 			"version %s: %d of %d pods ready", after.Status.Version, after.Status.ReadyReplicas, after.Status.Replicas)
 	}
 }
 
-func isTrue(swa *webappv1.SimpleWebApp, typ string) bool {
-	for _, c := range swa.Status.Conditions {
-		if c.Type == typ {
-			return c.Status == "True"
-		}
-	}
-	return false
+func isReady(swa *webappv1.SimpleWebApp) bool {
+	return meta.IsStatusConditionTrue(swa.Status.Conditions, webappv1.ConditionReady)
 }
 
 func describe(objs []*unstructured.Unstructured) string {
@@ -245,18 +203,53 @@ func describe(objs []*unstructured.Unstructured) string {
 	return strings.Join(parts, ", ")
 }
 
-// SetupWithManager watches SimpleWebApps and the objects they own, so a
-// deleted or hand-edited child is put back at once (drift), and, when given,
-// the events of a ChannelWatcher.
+// Healthz fails while a reconcile has been running for longer than stuckAfter:
+// the liveness probe then restarts the operator instead of leaving a worker
+// hung forever.
+func (r *SimpleWebAppReconciler) Healthz(stuckAfter time.Duration) func(*http.Request) error {
+	return func(*http.Request) error {
+		var stuck error
+		r.inflight.Range(func(k, v any) bool {
+			if since := time.Since(v.(time.Time)); since > stuckAfter {
+				stuck = fmt.Errorf("reconcile of %v running for %s", k, since.Round(time.Second))
+				return false
+			}
+			return true
+		})
+		return stuck
+	}
+}
+
+// reconcileRequested passes a change of the reconcile-requested-at annotation.
+var reconcileRequested = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		key := webappv1.AnnotationReconcileRequestedAt
+		return e.ObjectOld.GetAnnotations()[key] != e.ObjectNew.GetAnnotations()[key]
+	},
+}
+
+// SetupWithManager watches SimpleWebApps (spec changes and requested
+// reconciles) and the managed kinds they own (deletions and hand edits at
+// once, a Deployment's status changes batched), and, when given, the events
+// of a ChannelWatcher.
 func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager, channelEvents <-chan event.GenericEvent) error {
+	workers := r.MaxConcurrentReconciles
+	if workers <= 0 {
+		workers = 4
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&webappv1.SimpleWebApp{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.Service{}).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&policyv1.PodDisruptionBudget{}).
-		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
+		For(&webappv1.SimpleWebApp{}, builder.WithPredicates(predicate.Or(
+			predicate.GenerationChangedPredicate{},
+			reconcileRequested))).
+		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("simplewebapp")
+	children := &childEvents{applier: r.Applier, statusDelay: r.StatusDelay}
+	for _, k := range ManagedKinds {
+		b = b.WatchesRawSource(source.Kind(mgr.GetCache(), k.New(), handler.TypedEventHandler[client.Object, ctrl.Request](children)))
+	}
 	if channelEvents != nil {
 		b = b.WatchesRawSource(source.Channel(channelEvents, &handler.EnqueueRequestForObject{}))
 	}

@@ -13,119 +13,178 @@ import (
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
 
-// outcome is what one pass of the pipeline learned; status is computed from it
-// in one place (computeStatus).
+// outcome is what one pass of the pipeline did and saw. Status is computed
+// from it, and only from it, by computeStatus.
 type outcome struct {
-	release  Release
-	objects  []*unstructured.Unstructured // applied objects; nil unless applied
-	failure  *StepError                   // the step that failed, if any
-	workload *appsv1.Deployment           // live Deployment, if it exists
-	// staleRead: a write conflicted with a newer version of the SimpleWebApp.
-	staleRead bool
+	release Release
+	// applied: the render of release was applied (its objects are below).
+	applied bool
+	objects []*unstructured.Unstructured
+	// inventory is what exists of this SimpleWebApp's objects after the pass
+	// (the render plus what waits to be pruned); nil: unchanged.
+	inventory []webappv1.ObjectReference
+	failure   *StepError
+	workload  *appsv1.Deployment // live Deployment, if it exists
+
+	suspended bool
+	// announcing: about to apply a version other than the one running
+	// (written before the apply, so Ready never stays True for the old one).
+	announcing bool
+	// requestedAt is the reconcile-requested-at annotation handled.
+	requestedAt string
+	staleRead   bool
 
 	// Health-gated upgrades (upgrade.go).
-	heldBack      bool // the desired version failed before: the last healthy one is applied
-	rolledBack    bool // this pass rolled back
-	lastHealthy   string
-	upgrade       *webappv1.UpgradeStatus
-	failedUpgrade *webappv1.FailedUpgrade
-	requeueAfter  time.Duration
+	heldBack   bool // the desired version failed before: the last healthy one is applied
+	rolledBack bool // this pass rolled back
+	gate       gate
+
+	// What the writes did, for events and metrics.
+	writes    int
+	takenOver []string
+	pruned    []webappv1.ObjectReference
 }
 
-// computeStatus derives the whole status from the previous status and what
-// this pass saw. observedGeneration and the applied version/inventory only
-// move when this generation was applied; conditions always say why.
+// computeStatus derives the whole status from the previous one and what this
+// pass saw. Each part is set by a small function below.
 func computeStatus(swa *webappv1.SimpleWebApp, o outcome) webappv1.SimpleWebAppStatus {
 	st := *swa.Status.DeepCopy()
-	gen := swa.Generation
-	if o.failure == nil {
-		st.ObservedGeneration = gen
-		st.Channel = o.release.Channel
-		st.Version = o.release.Version
-		st.Inventory = inventory(o.objects)
-		st.LastHealthyVersion = o.lastHealthy
-		st.Upgrade = o.upgrade
-		st.FailedUpgrade = o.failedUpgrade
-	}
-	if d := o.workload; d != nil {
-		st.Replicas = d.Status.Replicas
-		st.ReadyReplicas = d.Status.ReadyReplicas
-		st.UpdatedReplicas = d.Status.UpdatedReplicas
-		desired := int32(1)
-		if d.Spec.Replicas != nil {
-			desired = *d.Spec.Replicas
-		}
-		st.PodsReady = fmt.Sprintf("%d/%d", d.Status.ReadyReplicas, desired)
-		if sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err == nil {
-			st.Selector = sel.String()
-		}
-	}
+	setObservedGeneration(&st, swa.Generation, o)
+	setApplied(&st, swa.Generation, o)
+	setWorkload(&st, o.workload)
+	setLastHandledReconcileAt(&st, o)
+	ph := phaseOf(swa, &st, o)
+	setReadyCondition(&st, swa.Generation, ph)
+	setReconcilingCondition(&st, swa.Generation, ph)
+	setStalledCondition(&st, swa.Generation, ph)
+	return st
+}
 
-	set := func(typ string, status metav1.ConditionStatus, reason, msg string) {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen,
-		})
+// setObservedGeneration: the generation is processed when it was applied,
+// failed for good, or is suspended; kstatus then reads the conditions. A
+// transient failure leaves it, and Reconciling=True says "still working".
+func setObservedGeneration(st *webappv1.SimpleWebAppStatus, gen int64, o outcome) {
+	if o.failure == nil || o.failure.Terminal {
+		st.ObservedGeneration = gen
 	}
+}
+
+// setApplied records what was applied: only when this pass applied it.
+func setApplied(st *webappv1.SimpleWebAppStatus, gen int64, o outcome) {
+	if o.inventory != nil {
+		st.Inventory = o.inventory
+	}
+	if !o.applied || o.failure != nil {
+		return
+	}
+	st.AppliedGeneration = gen
+	st.Channel = o.release.Channel
+	st.Version = o.release.Version
+	st.LastHealthyVersion = o.gate.lastHealthy
+	st.Upgrade = o.gate.upgrade
+	st.FailedUpgrade = o.gate.failedUpgrade
+}
+
+// setWorkload copies the pod counts of the live Deployment.
+func setWorkload(st *webappv1.SimpleWebAppStatus, d *appsv1.Deployment) {
+	if d == nil {
+		return
+	}
+	st.Replicas = d.Status.Replicas
+	st.ReadyReplicas = d.Status.ReadyReplicas
+	st.UpdatedReplicas = d.Status.UpdatedReplicas
+	st.PodsReady = fmt.Sprintf("%d/%d", d.Status.ReadyReplicas, desiredReplicas(d))
+	if sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector); err == nil {
+		st.Selector = sel.String()
+	}
+}
+
+// setLastHandledReconcileAt echoes a requested reconcile once it was handled
+// (not when it ends in a transient failure, which is retried).
+func setLastHandledReconcileAt(st *webappv1.SimpleWebAppStatus, o outcome) {
+	if o.requestedAt != "" && (o.failure == nil || o.failure.Terminal) && !o.announcing {
+		st.LastHandledReconcileAt = o.requestedAt
+	}
+}
+
+// phase is the state the conditions report, with its reason and message.
+type phase struct {
+	kind    phaseKind
+	reason  string
+	message string
+	// ready: for phaseSuspended, whether the running app is available.
+	ready bool
+}
+
+type phaseKind int
+
+const (
+	phaseAvailable   phaseKind = iota // Ready=True
+	phaseProgressing                  // Reconciling=True
+	phaseRetrying                     // Reconciling=True, after a transient failure
+	phaseStalled                      // Stalled=True: waits for a change
+	phaseSuspended                    // neither: nothing is being done on purpose
+)
+
+// phaseOf decides what the conditions say. st is the status computed so far.
+func phaseOf(swa *webappv1.SimpleWebApp, st *webappv1.SimpleWebAppStatus, o outcome) phase {
+	done, failed, msg := rollout(o.workload)
 	switch f := o.failure; {
+	case o.suspended:
+		return phase{kind: phaseSuspended, reason: webappv1.ReasonSuspended, ready: done,
+			message: "spec.suspend is true: nothing is written to the objects; " + msg}
 	case f != nil && f.Terminal:
-		set(webappv1.ConditionStalled, metav1.ConditionTrue, f.Reason, f.Message)
-		set(webappv1.ConditionReconciling, metav1.ConditionFalse, f.Reason, "waiting for a change of the spec or the channel")
-		set(webappv1.ConditionReady, metav1.ConditionFalse, f.Reason, f.Message)
+		return phase{kind: phaseStalled, reason: f.Reason, message: f.Message}
 	case f != nil:
-		set(webappv1.ConditionStalled, metav1.ConditionFalse, f.Reason, "")
-		set(webappv1.ConditionReconciling, metav1.ConditionTrue, f.Reason, "retrying: "+f.Message)
-		set(webappv1.ConditionReady, metav1.ConditionFalse, f.Reason, f.Message)
-	default:
-		done, failed, msg := rollout(o.workload)
+		return phase{kind: phaseRetrying, reason: f.Reason, message: "retrying: " + f.Message}
+	case o.announcing:
+		return phase{kind: phaseProgressing, reason: webappv1.ReasonProgressing,
+			message: fmt.Sprintf("applying version %s (was %s)", o.release.Version, swa.Status.Version)}
+	case o.heldBack:
+		fu := st.FailedUpgrade
+		return phase{kind: phaseStalled, reason: webappv1.ReasonRolledBack,
+			message: fmt.Sprintf("version %s %s; running %s (%s); waiting for a change of the spec or the channel", fu.Version, fu.Message, st.Version, msg)}
+	case failed:
+		return phase{kind: phaseStalled, reason: webappv1.ReasonRolloutFailed, message: msg}
+	case !done:
 		if up := st.Upgrade; up != nil {
 			msg = fmt.Sprintf("upgrading from %s to %s (rolled back if not Ready by %s): %s",
 				up.From, up.To, upgradeDeadline(swa, up).UTC().Format(time.RFC3339), msg)
 		}
-		switch {
-		case o.heldBack:
-			fu := st.FailedUpgrade
-			why := fmt.Sprintf("version %s %s; running %s (%s); waiting for a change of the spec or the channel",
-				fu.Version, fu.Message, st.Version, msg)
-			set(webappv1.ConditionStalled, metav1.ConditionTrue, ReasonRolledBack, why)
-			set(webappv1.ConditionReconciling, metav1.ConditionFalse, ReasonRolledBack, why)
-			set(webappv1.ConditionReady, metav1.ConditionFalse, ReasonRolledBack, why)
-		case failed:
-			set(webappv1.ConditionStalled, metav1.ConditionTrue, ReasonRolloutFailed, msg)
-			set(webappv1.ConditionReconciling, metav1.ConditionFalse, ReasonRolloutFailed, msg)
-			set(webappv1.ConditionReady, metav1.ConditionFalse, ReasonRolloutFailed, msg)
-		case !done:
-			set(webappv1.ConditionStalled, metav1.ConditionFalse, ReasonProgressing, "")
-			set(webappv1.ConditionReconciling, metav1.ConditionTrue, ReasonProgressing, msg)
-			set(webappv1.ConditionReady, metav1.ConditionFalse, ReasonProgressing, msg)
-		default:
-			set(webappv1.ConditionStalled, metav1.ConditionFalse, ReasonAvailable, "")
-			set(webappv1.ConditionReconciling, metav1.ConditionFalse, ReasonAvailable, "")
-			set(webappv1.ConditionReady, metav1.ConditionTrue, ReasonAvailable,
-				fmt.Sprintf("version %s: %s", st.Version, msg))
-		}
+		return phase{kind: phaseProgressing, reason: webappv1.ReasonProgressing, message: msg}
 	}
-	return st
+	return phase{kind: phaseAvailable, reason: webappv1.ReasonAvailable, message: fmt.Sprintf("version %s: %s", st.Version, msg)}
 }
 
-// announceVersionChange marks swa as not Ready before a new version is
-// applied. A channel can move a SimpleWebApp to another version without a new
-// generation, so without this its status would say Ready=True for the old
-// version, current by its observedGeneration, while the new one rolls out.
-// It reports whether it changed the status.
-func announceVersionChange(swa *webappv1.SimpleWebApp, rel Release) bool {
-	st := &swa.Status
-	if st.Version == "" || st.Version == rel.Version || !isTrue(swa, webappv1.ConditionReady) {
-		return false
+func setCondition(st *webappv1.SimpleWebAppStatus, gen int64, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: typ, Status: status, Reason: reason, Message: msg, ObservedGeneration: gen})
+}
+
+func setReadyCondition(st *webappv1.SimpleWebAppStatus, gen int64, ph phase) {
+	status := metav1.ConditionFalse
+	if ph.kind == phaseAvailable || ph.kind == phaseSuspended && ph.ready {
+		status = metav1.ConditionTrue
 	}
-	msg := fmt.Sprintf("applying version %s (was %s)", rel.Version, st.Version)
-	for typ, status := range map[string]metav1.ConditionStatus{
-		webappv1.ConditionReady: metav1.ConditionFalse, webappv1.ConditionReconciling: metav1.ConditionTrue,
-	} {
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-			Type: typ, Status: status, Reason: ReasonProgressing, Message: msg, ObservedGeneration: swa.Generation,
-		})
+	setCondition(st, gen, webappv1.ConditionReady, status, ph.reason, ph.message)
+}
+
+func setReconcilingCondition(st *webappv1.SimpleWebAppStatus, gen int64, ph phase) {
+	status, msg := metav1.ConditionFalse, ""
+	switch ph.kind {
+	case phaseProgressing, phaseRetrying:
+		status, msg = metav1.ConditionTrue, ph.message
+	case phaseStalled:
+		msg = "waiting for a change of the spec or the channel"
 	}
-	return true
+	setCondition(st, gen, webappv1.ConditionReconciling, status, ph.reason, msg)
+}
+
+func setStalledCondition(st *webappv1.SimpleWebAppStatus, gen int64, ph phase) {
+	status, msg := metav1.ConditionFalse, ""
+	if ph.kind == phaseStalled {
+		status, msg = metav1.ConditionTrue, ph.message
+	}
+	setCondition(st, gen, webappv1.ConditionStalled, status, ph.reason, msg)
 }
 
 // rollout reads a Deployment the way `kubectl rollout status` does: done when
@@ -135,10 +194,7 @@ func rollout(d *appsv1.Deployment) (done, failed bool, msg string) {
 	if d == nil {
 		return false, false, "waiting for the Deployment to be created"
 	}
-	desired := int32(1)
-	if d.Spec.Replicas != nil {
-		desired = *d.Spec.Replicas
-	}
+	desired := desiredReplicas(d)
 	s := d.Status
 	if s.ObservedGeneration < d.Generation {
 		return false, false, fmt.Sprintf("waiting for the Deployment controller to observe generation %d", d.Generation)
@@ -159,6 +215,14 @@ func rollout(d *appsv1.Deployment) (done, failed bool, msg string) {
 	return true, false, fmt.Sprintf("%d of %d pods ready", s.ReadyReplicas, desired)
 }
 
+func desiredReplicas(d *appsv1.Deployment) int32 {
+	if d.Spec.Replicas != nil {
+		return *d.Spec.Replicas
+	}
+	return 1
+}
+
+// inventory lists the objects as status.inventory entries.
 func inventory(objs []*unstructured.Unstructured) []webappv1.ObjectReference {
 	refs := make([]webappv1.ObjectReference, 0, len(objs))
 	for _, o := range objs {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
@@ -22,46 +23,56 @@ func heldBack(swa *webappv1.SimpleWebApp, desired Release) bool {
 		fu.Generation == swa.Generation && fu.ChannelRevision == desired.ChannelRevision
 }
 
+// gate is the health gate's decision for one pass: the upgrade bookkeeping
+// that goes into status, and whether to roll back.
+type gate struct {
+	lastHealthy   string
+	upgrade       *webappv1.UpgradeStatus
+	failedUpgrade *webappv1.FailedUpgrade
+	rollback      bool
+	// requeueAfter: check the deadline even if nothing else happens.
+	requeueAfter time.Duration
+}
+
 // gateUpgrade follows a version change after it was applied: it records the
 // last healthy version, times the roll-out of a new one, and decides to roll
 // back when the new version is not Ready by its deadline (or its roll-out
-// failed). It fills the upgrade fields of o and returns whether to roll back.
-func gateUpgrade(swa *webappv1.SimpleWebApp, o *outcome, now time.Time) (rollback bool) {
+// failed). applied is the release just applied, heldBack whether it stands in
+// for a failed one.
+func gateUpgrade(swa *webappv1.SimpleWebApp, applied Release, heldBack bool, workload *appsv1.Deployment, now time.Time) gate {
 	st := swa.Status
-	o.lastHealthy = st.LastHealthyVersion
-	o.failedUpgrade = st.FailedUpgrade
-	if !o.heldBack {
-		o.failedUpgrade = nil // the spec or the channel changed since it failed
+	g := gate{lastHealthy: st.LastHealthyVersion, failedUpgrade: st.FailedUpgrade}
+	if !heldBack {
+		g.failedUpgrade = nil // the spec or the channel changed since it failed
 	}
-	done, failed, msg := rollout(o.workload)
+	done, failed, msg := rollout(workload)
 	if done {
-		o.lastHealthy = o.release.Version
-		return false
+		g.lastHealthy = applied.Version
+		return g
 	}
-	if o.heldBack || st.LastHealthyVersion == "" || o.release.Version == st.LastHealthyVersion {
-		return false // not an upgrade: a first install or a change within a version
+	if heldBack || st.LastHealthyVersion == "" || applied.Version == st.LastHealthyVersion {
+		return g // not an upgrade: a first install or a change within a version
 	}
 	up := st.Upgrade
-	if up == nil || up.To != o.release.Version || up.From != st.LastHealthyVersion {
+	if up == nil || up.To != applied.Version || up.From != st.LastHealthyVersion {
 		// Truncated as the API stores it, so every pass sees the same value.
-		up = &webappv1.UpgradeStatus{From: st.LastHealthyVersion, To: o.release.Version, StartedAt: metav1.NewTime(now.Truncate(time.Second))}
+		up = &webappv1.UpgradeStatus{From: st.LastHealthyVersion, To: applied.Version, StartedAt: metav1.NewTime(now.Truncate(time.Second))}
 	}
-	o.upgrade = up
-	timeout := upgradeTimeout(swa)
 	deadline := upgradeDeadline(swa, up)
 	if !failed && now.Before(deadline) {
-		o.requeueAfter = deadline.Sub(now) // check the deadline even if nothing else happens
-		return false
+		g.upgrade = up
+		g.requeueAfter = deadline.Sub(now)
+		return g
 	}
-	o.upgrade = nil
-	o.failedUpgrade = &webappv1.FailedUpgrade{
-		Version:         o.release.Version,
+	g.rollback = true
+	g.failedUpgrade = &webappv1.FailedUpgrade{
+		Version:         applied.Version,
 		Generation:      swa.Generation,
-		ChannelRevision: o.release.ChannelRevision,
-		Message:         fmt.Sprintf("not Ready within %s: %s", timeout, msg),
+		ChannelRevision: applied.ChannelRevision,
+		Message:         fmt.Sprintf("not Ready within %s: %s", upgradeTimeout(swa), msg),
 		RolledBackAt:    metav1.NewTime(now),
 	}
-	return true
+	return g
 }
 
 // upgradeDeadline is when an upgrade is given up. startedAt has second

@@ -72,10 +72,9 @@ func TestGateUpgrade(t *testing.T) {
 			swa := &webappv1.SimpleWebApp{Status: tc.status}
 			swa.Generation = 5
 			swa.Spec.UpgradeTimeout = &metav1.Duration{Duration: 45 * time.Second}
-			o := &outcome{release: Release{Version: tc.applied}, heldBack: tc.heldBack, workload: deploymentState(tc.ready, tc.progressFail)}
-			rollback := gateUpgrade(swa, o, now)
-			if rollback != tc.rollback || o.lastHealthy != tc.lastHealthy {
-				t.Errorf("rollback=%v lastHealthy=%q, want %v %q", rollback, o.lastHealthy, tc.rollback, tc.lastHealthy)
+			o := gateUpgrade(swa, Release{Version: tc.applied}, tc.heldBack, deploymentState(tc.ready, tc.progressFail), now)
+			if o.rollback != tc.rollback || o.lastHealthy != tc.lastHealthy {
+				t.Errorf("rollback=%v lastHealthy=%q, want %v %q", o.rollback, o.lastHealthy, tc.rollback, tc.lastHealthy)
 			}
 			if got := upgradeTo(o.upgrade); got != tc.upgradeTo {
 				t.Errorf("upgrade to %q, want %q", got, tc.upgradeTo)

@@ -69,6 +69,12 @@ type SimpleWebAppSpec struct {
 	// +listType=atomic
 	// +optional
 	Patches []Patch `json:"patches,omitempty"`
+
+	// Suspend stops every write to the objects of this SimpleWebApp: hand
+	// edits stay until it is set back to false, when they are reverted.
+	// Status keeps reporting the running app (reason Suspended).
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
 }
 
 // Autoscaling bounds the pod count that a HorizontalPodAutoscaler sets from
@@ -125,10 +131,23 @@ type PatchTarget struct {
 
 // SimpleWebAppStatus is what the operator observed and applied.
 type SimpleWebAppStatus struct {
-	// ObservedGeneration is the newest generation of the spec that was applied
-	// successfully. It does not move while a generation cannot be applied.
+	// ObservedGeneration is the newest generation the operator has processed,
+	// whether it was applied or failed for good (then Stalled=True says why),
+	// as kstatus expects.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// AppliedGeneration is the newest generation whose objects were applied
+	// successfully; it lags ObservedGeneration while a generation cannot be
+	// applied and the last good objects keep running.
+	// +optional
+	AppliedGeneration int64 `json:"appliedGeneration,omitempty"`
+
+	// LastHandledReconcileAt is the value of the
+	// simplewebapp.example.com/reconcile-requested-at annotation that was
+	// last handled.
+	// +optional
+	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
 
 	// Conditions: Ready, Reconciling and Stalled, with kstatus semantics.
 	// +listType=map
@@ -179,7 +198,9 @@ type SimpleWebAppStatus struct {
 	// +optional
 	FailedUpgrade *FailedUpgrade `json:"failedUpgrade,omitempty"`
 
-	// Inventory lists the objects applied for this SimpleWebApp.
+	// Inventory lists the objects the operator applied for this SimpleWebApp
+	// and has not pruned yet: what the last render holds, plus objects of an
+	// earlier render that are deleted once the new one is Ready.
 	// +listType=atomic
 	// +optional
 	Inventory []ObjectReference `json:"inventory,omitempty"`
@@ -222,25 +243,20 @@ type ObjectReference struct {
 	Name string `json:"name"`
 }
 
-// Condition types, as kstatus and `kubectl wait --for=condition=Ready` read them.
-const (
-	ConditionReady       = "Ready"
-	ConditionReconciling = "Reconciling"
-	ConditionStalled     = "Stalled"
-)
-
 // SimpleWebApp runs a web app that serves spec.message with spec.replicas pods.
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=swa
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="metadata.name must be at most 52 characters: rendered objects are named <name>-<object> and Service names are limited to 63"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS-1035 label (a lowercase letter first, then lowercase letters, digits and '-', no '.', ending with a letter or digit): the Service is named <name>-web"
 // +kubebuilder:metadata:labels="applyset.kubernetes.io/is-parent-type=true"
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.podsReady`,description="Ready/desired pods"
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,description="Reason of the Ready condition"
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`,description="Applied package version"
-// +kubebuilder:printcolumn:name="Channel",type=string,JSONPath=`.spec.channel`,description="Channel followed when no version is pinned"
+// +kubebuilder:printcolumn:name="Channel",type=string,JSONPath=`.status.channel`,description="Channel the applied version came from (empty when spec.version pins it)"
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Message",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,description="Message of the Ready condition"
 type SimpleWebApp struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -9,6 +9,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -85,17 +87,19 @@ func TestMalformedChannelFileIsReported(t *testing.T) {
 }
 
 // Features are manifest edits: a package version that exists only in the
-// channels directory adds a new kind of object (a ServiceAccount) and a new
-// mapping from the spec (message → its annotation), and the running operator
-// applies it with no Go change.
+// channels directory adds an object of a managed kind the stable package does
+// not render (a PodDisruptionBudget) and a new mapping from the spec
+// (message → its annotation), and the running operator, with nothing but the
+// generated role, applies it with no Go change. A kind outside
+// controllers/kinds.go is refused with a reason that says so.
 func TestPackageFromDirectoryAddsKindAndMapping(t *testing.T) {
 	ns := kit.Namespace(t, k8s, testNS)
 	version := kit.NewVersion(t, 5)
 	kit.CopyPackage(t, channelsDir, kit.ChannelVersion(t, "stable"), version,
-		kit.AddResource("serviceaccount.yaml", "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: web\nautomountServiceAccountToken: false\n"),
+		kit.AddResource("budget.yaml", "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: budget\nspec:\n  maxUnavailable: 1\n  selector:\n    matchLabels: {app.kubernetes.io/name: simplewebapp}\n"),
 		func(files map[string]string) error {
 			files["spec-mapping.yaml"] += "- source: {kind: SimpleWebApp, fieldPath: spec.message}\n" +
-				"  targets:\n  - select: {kind: ServiceAccount, name: web}\n" +
+				"  targets:\n  - select: {kind: PodDisruptionBudget, name: budget}\n" +
 				"    fieldPaths: [metadata.annotations.motd]\n    options: {create: true}\n"
 			return nil
 		})
@@ -104,23 +108,36 @@ func TestPackageFromDirectoryAddsKindAndMapping(t *testing.T) {
 	swa.Spec.Channel = "dirfeature"
 	create(t, swa)
 
-	sa := &corev1.ServiceAccount{}
-	kit.WaitFor(t, timeout, "ServiceAccount feature-web with the message", func(context.Context) (bool, string) {
-		if err := get(t, ns, "feature-web", sa); err != nil {
+	pdb := &policyv1.PodDisruptionBudget{}
+	kit.WaitFor(t, timeout, "PodDisruptionBudget feature-budget with the message", func(context.Context) (bool, string) {
+		if err := get(t, ns, "feature-budget", pdb); err != nil {
 			return false, err.Error()
 		}
-		return sa.Annotations["motd"] == "mapped by the package", fmt.Sprint(sa.Annotations)
+		return pdb.Annotations["motd"] == "mapped by the package", fmt.Sprint(pdb.Annotations)
 	})
-	if refs := sa.OwnerReferences; len(refs) != 1 || refs[0].Name != "feature" || !ptr.Deref(refs[0].Controller, false) {
+	if refs := pdb.OwnerReferences; len(refs) != 1 || refs[0].Name != "feature" || !ptr.Deref(refs[0].Controller, false) {
 		t.Errorf("owner references %+v", refs)
 	}
 	update(t, ns, "feature", func(s *webappv1.SimpleWebApp) { s.Spec.Message = "changed" })
 	kit.WaitFor(t, timeout, "annotation follows the message", func(context.Context) (bool, string) {
-		if err := get(t, ns, "feature-web", sa); err != nil {
+		if err := get(t, ns, "feature-budget", pdb); err != nil {
 			return false, err.Error()
 		}
-		return sa.Annotations["motd"] == "changed", fmt.Sprint(sa.Annotations)
+		return pdb.Annotations["motd"] == "changed", fmt.Sprint(pdb.Annotations)
 	})
+
+	// A kind the operator does not manage: not applied, and the reason says why.
+	unmanaged := kit.NewVersion(t, 7)
+	kit.CopyPackage(t, channelsDir, kit.ChannelVersion(t, "stable"), unmanaged,
+		kit.AddResource("serviceaccount.yaml", "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: web\nautomountServiceAccountToken: false\n"))
+	update(t, ns, "feature", func(s *webappv1.SimpleWebApp) { s.Spec.Version = unmanaged })
+	got := waitCondition(t, ns, "feature", webappv1.ConditionStalled, metav1.ConditionTrue, webappv1.ReasonPolicyViolation)
+	if msg := findCondition(got, webappv1.ConditionStalled).Message; !strings.Contains(msg, "controllers/kinds.go") {
+		t.Errorf("Stalled message %q does not say where managed kinds are declared", msg)
+	}
+	if err := get(t, ns, "feature-web", &corev1.ServiceAccount{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ServiceAccount of an unmanaged kind: %v", err)
+	}
 }
 
 // A package that needs a newer operator is refused as a whole.

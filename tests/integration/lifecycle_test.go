@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,7 +24,8 @@ import (
 )
 
 // Create → every rendered object exists, owned by the SimpleWebApp and
-// applied by the operator's field manager; status reports what was applied.
+// written by the operator's field manager (created with a POST, which fails
+// on a taken name instead of adopting); status reports what was applied.
 func TestCreateAppliesOwnedObjects(t *testing.T) {
 	ns := kit.Namespace(t, k8s, testNS)
 	swa := newWebApp(ns, "my-webapp", 3, "Welcome to my awesome web app!")
@@ -51,8 +54,8 @@ func TestCreateAppliesOwnedObjects(t *testing.T) {
 		if len(refs) != 1 || refs[0].UID != swa.UID || !ptr.Deref(refs[0].Controller, false) {
 			t.Errorf("%T %s: owner references %+v, want a controller reference to %s", obj, obj.GetName(), refs, swa.UID)
 		}
-		if !appliedBy(obj, "simplewebapp-operator") {
-			t.Errorf("%T %s: not applied by field manager simplewebapp-operator: %+v", obj, obj.GetName(), obj.GetManagedFields())
+		if !managedBy(obj, "simplewebapp-operator", "") {
+			t.Errorf("%T %s: not written by field manager simplewebapp-operator: %+v", obj, obj.GetName(), obj.GetManagedFields())
 		}
 	}
 
@@ -61,7 +64,7 @@ func TestCreateAppliesOwnedObjects(t *testing.T) {
 	markRolledOut(t, d)
 	swa = waitCondition(t, ns, "my-webapp", webappv1.ConditionReady, metav1.ConditionTrue, "Available")
 	st := swa.Status
-	if st.ObservedGeneration != swa.Generation || st.Version != kit.ChannelVersion(t, "stable") || st.Channel != "stable" ||
+	if st.ObservedGeneration != swa.Generation || st.AppliedGeneration != swa.Generation || st.Version != kit.ChannelVersion(t, "stable") || st.Channel != "stable" ||
 		st.ReadyReplicas != 3 || st.Selector == "" {
 		t.Errorf("status after roll-out: %+v, want the stable channel's version %s", st, kit.ChannelVersion(t, "stable"))
 	}
@@ -151,16 +154,36 @@ func TestScaleAndMessageChange(t *testing.T) {
 	if got := contentConfigMap(t, rolled).Data["message"]; got != "Hello, updated message!" {
 		t.Errorf("new ConfigMap holds %q", got)
 	}
-	// The old message's ConfigMap is pruned: it is no longer rendered.
-	kit.WaitFor(t, timeout, "old content ConfigMap pruned", func(context.Context) (bool, string) {
+	// The first change of the Deployment was a server-side apply, which
+	// took over the fields of the create.
+	if !managedBy(rolled, "simplewebapp-operator", metav1.ManagedFieldsOperationApply) || managedBy(rolled, "simplewebapp-operator", metav1.ManagedFieldsOperationUpdate) {
+		t.Errorf("after a change the Deployment's fields are not all in the operator's apply entry: %+v", rolled.GetManagedFields())
+	}
+
+	// Prune after health: the old message's ConfigMap, which old pods still
+	// mount, stays while the roll-out is under way...
+	half := rolled.DeepCopy()
+	half.Status = appsv1.DeploymentStatus{ObservedGeneration: rolled.Generation, Replicas: 7, UpdatedReplicas: 2, ReadyReplicas: 5, AvailableReplicas: 5}
+	if err := k8s.Status().Update(context.Background(), half); err != nil {
+		t.Fatal(err)
+	}
+	kit.HoldsFor(t, 2*time.Second, "old content ConfigMap kept during the roll-out", func(context.Context) (bool, string) {
 		err := get(t, ns, oldContent, &corev1.ConfigMap{})
-		return err != nil, fmt.Sprint(err)
+		return err == nil, fmt.Sprint(err)
+	})
+	// ...and is pruned once updatedReplicas == availableReplicas == replicas.
+	markRolledOut(t, rolled)
+	kit.WaitFor(t, timeout, "old content ConfigMap pruned after the roll-out", func(context.Context) (bool, string) {
+		err := get(t, ns, oldContent, &corev1.ConfigMap{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 }
 
-func appliedBy(obj client.Object, manager string) bool {
+// managedBy reports whether manager has a managed-fields entry (of the given
+// operation, or any when empty) outside subresources.
+func managedBy(obj client.Object, manager string, op metav1.ManagedFieldsOperationType) bool {
 	for _, f := range obj.GetManagedFields() {
-		if f.Manager == manager && f.Operation == metav1.ManagedFieldsOperationApply {
+		if f.Manager == manager && f.Subresource == "" && (op == "" || f.Operation == op) {
 			return true
 		}
 	}

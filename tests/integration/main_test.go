@@ -13,12 +13,17 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/controllers"
@@ -71,7 +76,15 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+	// The operator runs with nothing but the generated role
+	// (config/rbac/role.yaml), as its ServiceAccount: a kind or verb the
+	// markers miss fails here as it would in a real install.
+	operatorCfg, err := operatorIdentity(cfg, root)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "operator identity:", err)
+		return 1
+	}
+	mgr, err := ctrl.NewManager(operatorCfg, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		Cache:   controllers.CacheOptions(),
@@ -104,4 +117,37 @@ func run(m *testing.M) int {
 		}
 	}()
 	return m.Run()
+}
+
+// operatorIdentity binds the generated ClusterRole to a ServiceAccount and
+// returns cfg impersonating it.
+func operatorIdentity(cfg *rest.Config, root string) (*rest.Config, error) {
+	ctx := context.Background()
+	const ns, sa = "simplewebapp-system", "controller-manager"
+	raw, err := os.ReadFile(filepath.Join(root, "config/rbac/role.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(raw, role); err != nil {
+		return nil, err
+	}
+	for _, obj := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}},
+		role,
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "simplewebapp-manager"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}},
+		},
+	} {
+		if err := k8s.Create(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	out := rest.CopyConfig(cfg)
+	out.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
+	return out, nil
 }

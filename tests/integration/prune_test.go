@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -24,6 +25,19 @@ func TestObjectDroppedFromPackageIsPruned(t *testing.T) {
 	})
 
 	update(t, ns, "prune", func(s *webappv1.SimpleWebApp) { s.Spec.Version = pruneWithout })
+	// Pruned once the new version is rolled out (no Deployment controller here).
+	kit.WaitFor(t, timeout, pruneWithout+" applied", func(context.Context) (bool, string) {
+		got := &webappv1.SimpleWebApp{}
+		if err := get(t, ns, "prune", got); err != nil {
+			return false, err.Error()
+		}
+		return got.Status.Version == pruneWithout, got.Status.Version
+	})
+	kit.HoldsFor(t, time.Second, "ConfigMap prune-extra kept until "+pruneWithout+" is Ready", func(context.Context) (bool, string) {
+		err := get(t, ns, "prune-extra", &corev1.ConfigMap{})
+		return err == nil, fmt.Sprint(err)
+	})
+	rolledOutAndReady(t, ns, "prune")
 	kit.WaitFor(t, timeout, "ConfigMap prune-extra pruned by "+pruneWithout, func(context.Context) (bool, string) {
 		err := get(t, ns, "prune-extra", &corev1.ConfigMap{})
 		return err != nil, fmt.Sprint(err)
@@ -31,10 +45,18 @@ func TestObjectDroppedFromPackageIsPruned(t *testing.T) {
 	if err := get(t, ns, "prune-web", &corev1.Service{}); err != nil {
 		t.Errorf("Service of %s missing after prune: %v", pruneWithout, err)
 	}
-	got := waitCondition(t, ns, "prune", webappv1.ConditionReconciling, "True", "Progressing")
-	if got.Status.Version != pruneWithout {
-		t.Errorf("status.version = %q, want %s", got.Status.Version, pruneWithout)
-	}
+	got := &webappv1.SimpleWebApp{}
+	kit.WaitFor(t, timeout, "prune-extra gone from status.inventory", func(context.Context) (bool, string) {
+		if err := get(t, ns, "prune", got); err != nil {
+			return false, err.Error()
+		}
+		for _, ref := range got.Status.Inventory {
+			if ref.Name == "prune-extra" {
+				return false, fmt.Sprint(got.Status.Inventory)
+			}
+		}
+		return true, ""
+	})
 }
 
 // Following a channel picks its newest version: "testing" lists pruneWith

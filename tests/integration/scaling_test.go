@@ -54,7 +54,7 @@ func TestAutoscalerOwnsReplicas(t *testing.T) {
 	if hpa.Spec.ScaleTargetRef.Name != "auto-web" || *hpa.Spec.MinReplicas != 2 || hpa.Spec.MaxReplicas != 10 {
 		t.Errorf("HPA spec %+v", hpa.Spec)
 	}
-	if appliedBy(d, "simplewebapp-operator-handoff") {
+	if managedBy(d, "simplewebapp-operator-handoff", "") {
 		t.Error("spec.replicas applied although autoscaling is on")
 	}
 
@@ -75,6 +75,8 @@ func TestAutoscalerOwnsReplicas(t *testing.T) {
 	deployment(t, ns, "auto", "replicas handed back to spec.replicas (3)", func(d *appsv1.Deployment) (bool, string) {
 		return *d.Spec.Replicas == 3, fmt.Sprint(*d.Spec.Replicas)
 	})
+	// Pruned once the Deployment is rolled out at the handed-back count.
+	rolledOutAndReady(t, ns, "auto")
 	kit.WaitFor(t, timeout, "HPA pruned", func(context.Context) (bool, string) {
 		err := get(t, ns, "auto-web", &autoscalingv2.HorizontalPodAutoscaler{})
 		return err != nil, "still there"

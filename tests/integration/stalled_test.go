@@ -16,8 +16,9 @@ import (
 )
 
 // A generation that cannot be applied stalls with a typed reason and an
-// event; the objects of the last good generation are not touched, and
-// observedGeneration stays on that generation.
+// event; the objects of the last good generation are not touched.
+// observedGeneration says the generation was processed (kstatus: Failed, not
+// InProgress forever) and appliedGeneration stays on the last good one.
 func TestCannotProceedLeavesLastGoodObjects(t *testing.T) {
 	cases := []struct {
 		name, reason string
@@ -58,9 +59,9 @@ func TestCannotProceedLeavesLastGoodObjects(t *testing.T) {
 				tc.change(s)
 			})
 			got := waitCondition(t, ns, "stall", webappv1.ConditionStalled, metav1.ConditionTrue, tc.reason)
-			if got.Status.ObservedGeneration != good.Generation || bad.Generation == good.Generation {
-				t.Errorf("observedGeneration = %d, want the last good generation %d (now %d)",
-					got.Status.ObservedGeneration, good.Generation, bad.Generation)
+			if got.Status.AppliedGeneration != good.Generation || got.Status.ObservedGeneration != bad.Generation || bad.Generation == good.Generation {
+				t.Errorf("appliedGeneration/observedGeneration = %d/%d, want the last good generation %d and the bad one %d",
+					got.Status.AppliedGeneration, got.Status.ObservedGeneration, good.Generation, bad.Generation)
 			}
 			if c, _ := condition(t, ns, "stall", webappv1.ConditionReady); c == nil {
 				t.Fatal("no Ready condition")

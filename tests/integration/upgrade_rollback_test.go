@@ -61,6 +61,8 @@ func TestFailedUpgradeRollsBack(t *testing.T) {
 	d := deployment(t, ns, "rollback", stable+"'s pod template back", func(d *appsv1.Deployment) (bool, string) {
 		return equality.Semantic.DeepEqual(d.Spec.Template, good.Spec.Template), "still " + next + "'s"
 	})
+	// Objects of the failed version are pruned once the old one is Ready again.
+	markRolledOut(t, d)
 	kit.WaitFor(t, timeout, next+"'s ConfigMap "+kit.MarkerName+" pruned", func(context.Context) (bool, string) {
 		err := get(t, ns, "rollback-"+kit.MarkerName, &corev1.ConfigMap{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)

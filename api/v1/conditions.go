@@ -1,0 +1,88 @@
+package v1
+
+// Condition types, as kstatus, `kubectl wait --for=condition=Ready`, Flux and
+// Argo CD read them. At most one of Reconciling and Stalled is True.
+const (
+	ConditionReady       = "Ready"
+	ConditionReconciling = "Reconciling"
+	ConditionStalled     = "Stalled"
+)
+
+// Reasons of the conditions: the public contract of status. Each one has a
+// section in docs/troubleshooting.md (a test checks it), and Terminal says
+// which ones wait for a change of the spec or the channels instead of being
+// retried.
+const (
+	// ReasonAvailable: every desired pod of the applied version is updated
+	// and available (Ready=True).
+	ReasonAvailable = "Available"
+	// ReasonProgressing: the applied objects are rolling out (Reconciling=True).
+	ReasonProgressing = "Progressing"
+	// ReasonSuspended: spec.suspend is true; nothing is written to the
+	// children. Ready still says whether the running app is available.
+	ReasonSuspended = "Suspended"
+
+	// ReasonChannelNotFound: spec.channel names no channel file.
+	ReasonChannelNotFound = "ChannelNotFound"
+	// ReasonChannelInvalid: the channel file cannot be read or parsed.
+	ReasonChannelInvalid = "ChannelInvalid"
+	// ReasonVersionNotFound: spec.version (or the channel's newest version)
+	// has no package.
+	ReasonVersionNotFound = "VersionNotFound"
+	// ReasonRenderFailed: kustomize or a package directive failed, or the
+	// render exceeded its size or time limits.
+	ReasonRenderFailed = "RenderFailed"
+	// ReasonOperatorTooOld: the package needs a newer operator
+	// (addons.k8s.io/min-operator-version).
+	ReasonOperatorTooOld = "OperatorTooOld"
+	// ReasonPatchNotAllowed: spec.patches changes something the package does
+	// not let users tune (see the package's patch-policy.yaml).
+	ReasonPatchNotAllowed = "PatchNotAllowed"
+	// ReasonPolicyViolation: a rendered object breaks the operator's security
+	// floor (restricted Pod Security, Service exposure, volumes, ...).
+	ReasonPolicyViolation = "PolicyViolation"
+	// ReasonObjectNotOwned: an object with a rendered object's name exists
+	// and is not controlled by this SimpleWebApp; it is left untouched.
+	ReasonObjectNotOwned = "ObjectNotOwned"
+	// ReasonApplyRejected: the API server refused an object for good
+	// (forbidden, invalid); the message names the object and says why.
+	ReasonApplyRejected = "ApplyRejected"
+	// ReasonRolloutFailed: the Deployment exceeded its progress deadline.
+	ReasonRolloutFailed = "RolloutFailed"
+	// ReasonRolledBack: a new version did not become Ready within
+	// spec.upgradeTimeout and the last healthy one was re-applied.
+	ReasonRolledBack = "RolledBack"
+
+	// ReasonApplyFailed: a write to the API server failed in a way that may
+	// pass (a timeout, a conflict, the server unavailable); retried with
+	// backoff.
+	ReasonApplyFailed = "ApplyFailed"
+	// ReasonPruneFailed: an object the render no longer holds could not be
+	// deleted; retried with backoff.
+	ReasonPruneFailed = "PruneFailed"
+)
+
+// TerminalReasons are the reasons that mean "cannot proceed until the spec or
+// the channels change": Stalled=True, and kstatus reports Failed.
+var TerminalReasons = []string{
+	ReasonChannelNotFound, ReasonChannelInvalid, ReasonVersionNotFound, ReasonRenderFailed,
+	ReasonOperatorTooOld, ReasonPatchNotAllowed, ReasonPolicyViolation, ReasonObjectNotOwned,
+	ReasonApplyRejected, ReasonRolloutFailed, ReasonRolledBack,
+}
+
+// TransientReasons are retried with backoff: Reconciling=True, kstatus
+// InProgress.
+var TransientReasons = []string{ReasonApplyFailed, ReasonPruneFailed}
+
+// AllReasons lists every reason a condition of a SimpleWebApp may carry.
+func AllReasons() []string {
+	out := []string{ReasonAvailable, ReasonProgressing, ReasonSuspended}
+	out = append(out, TerminalReasons...)
+	return append(out, TransientReasons...)
+}
+
+// AnnotationReconcileRequestedAt asks for one reconcile when its value
+// changes (any string, by convention a timestamp), like Flux's
+// reconcile.fluxcd.io/requestedAt. The handled value is echoed in
+// status.lastHandledReconcileAt.
+const AnnotationReconcileRequestedAt = "simplewebapp.example.com/reconcile-requested-at"

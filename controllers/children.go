@@ -1,0 +1,135 @@
+package controllers
+
+import (
+	"context"
+	"maps"
+	"reflect"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+)
+
+// childEvents maps events of managed objects to their SimpleWebApp, so that
+// only what can change the outcome runs the pipeline:
+//   - create: ignored. The operator made the object (or the cache is
+//     starting, and every SimpleWebApp is reconciled anyway);
+//   - delete, and a change of spec, metadata or field managers (a hand
+//     edit): reconciled at once, so drift is corrected within a second;
+//   - a Deployment's status change (a roll-out progressing): reconciled after
+//     statusDelay, so the many status updates of one roll-out make one status
+//     write. Other kinds' status is not reported, so it is ignored.
+type childEvents struct {
+	applier     *Applier
+	statusDelay time.Duration
+}
+
+type requestQueue = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+func (h *childEvents) Create(context.Context, event.TypedCreateEvent[client.Object], requestQueue) {}
+
+func (h *childEvents) Update(_ context.Context, e event.TypedUpdateEvent[client.Object], q requestQueue) {
+	req, ok := ownerRequest(e.ObjectNew)
+	if !ok {
+		return
+	}
+	if changedBeyondStatus(e.ObjectOld, e.ObjectNew) {
+		q.Add(req)
+		return
+	}
+	if _, ok := e.ObjectNew.(*appsv1.Deployment); ok {
+		q.AddAfter(req, h.statusDelay)
+	}
+}
+
+func (h *childEvents) Delete(_ context.Context, e event.TypedDeleteEvent[client.Object], q requestQueue) {
+	req, ok := ownerRequest(e.Object)
+	if !ok {
+		return
+	}
+	gvk, _ := kindOf(e.Object)
+	h.applier.Forget(gvk.Group, gvk.Kind, e.Object.GetNamespace(), e.Object.GetName())
+	q.Add(req)
+}
+
+func (h *childEvents) Generic(_ context.Context, e event.TypedGenericEvent[client.Object], q requestQueue) {
+	if req, ok := ownerRequest(e.Object); ok {
+		q.Add(req)
+	}
+}
+
+// ownerRequest is the SimpleWebApp that controls o.
+func ownerRequest(o client.Object) (reconcile.Request, bool) {
+	ref := metav1.GetControllerOf(o)
+	if ref == nil || ref.Kind != "SimpleWebApp" || ref.APIVersion != webappv1.GroupVersion.String() {
+		return reconcile.Request{}, false
+	}
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}, true
+}
+
+// changedBeyondStatus reports whether an update changed more than status:
+// the spec (generation; objects without one, such as ConfigMaps and
+// Services, count every change), labels, annotations, owners, or the field
+// managers of anything but status.
+func changedBeyondStatus(old, new client.Object) bool {
+	if new.GetGeneration() == 0 || old.GetGeneration() != new.GetGeneration() {
+		return old.GetResourceVersion() != new.GetResourceVersion()
+	}
+	return !maps.Equal(old.GetLabels(), new.GetLabels()) ||
+		!maps.Equal(old.GetAnnotations(), new.GetAnnotations()) ||
+		!reflect.DeepEqual(old.GetOwnerReferences(), new.GetOwnerReferences()) ||
+		!reflect.DeepEqual(specManagers(old), specManagers(new))
+}
+
+func specManagers(o client.Object) []metav1.ManagedFieldsEntry {
+	return slices.DeleteFunc(slices.Clone(o.GetManagedFields()), func(e metav1.ManagedFieldsEntry) bool {
+		return e.Subresource != ""
+	})
+}
+
+// kindOf is the managed kind of a typed object.
+func kindOf(o client.Object) (metav1.GroupVersionKind, bool) {
+	for _, k := range ManagedKinds {
+		if reflect.TypeOf(k.New()) == reflect.TypeOf(o) {
+			return metav1.GroupVersionKind(k.GVK), true
+		}
+	}
+	return metav1.GroupVersionKind{}, false
+}
+
+// trimManagedFields is the cache's transform of managed objects: it keeps
+// what the Applier reads from field managers (who owns what outside status)
+// and drops the rest, so the cache stays small: the entries of subresources
+// (status, scale), and the field sets of the operator's own apply entries
+// (their presence is what counts; a take-over reads them uncached).
+func trimManagedFields(obj any) (any, error) {
+	o, ok := obj.(client.Object)
+	if !ok {
+		return obj, nil
+	}
+	entries := o.GetManagedFields()
+	if len(entries) == 0 {
+		return obj, nil
+	}
+	kept := make([]metav1.ManagedFieldsEntry, 0, len(entries))
+	for _, e := range entries {
+		if e.Subresource != "" && e.Manager != HandoffManager {
+			continue
+		}
+		if e.Operation == metav1.ManagedFieldsOperationApply && slices.Contains(ourManagers, e.Manager) {
+			e.FieldsV1 = nil
+			e.Time = nil
+		}
+		kept = append(kept, e)
+	}
+	o.SetManagedFields(kept)
+	return o, nil
+}

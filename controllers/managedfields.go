@@ -1,0 +1,154 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+)
+
+// Server-side apply leaves other field managers' fields alone: a container, a
+// volume or hostNetwork that someone added with kubectl edit survives every
+// forced apply of ours. Like Flux's ssa package, the operator takes such a
+// manager's fields over (merges its managed-fields entry into its own apply
+// entry); its next apply then removes every field it owns but does not
+// render. Only managers owning fields that matter for security or exposure
+// are taken over, so `kubectl rollout restart` (a pod template annotation),
+// the Deployment controller's revision annotation and an autoscaler's
+// replicas (the scale subresource) are left alone.
+
+// ourManagers are the field managers of this operator.
+var ourManagers = []string{ManagerName, HandoffManager, applySetManager}
+
+// foreignSensitiveFields lists, per foreign manager, the fields it owns
+// under spec (but spec.replicas and the pod template's metadata).
+func foreignSensitiveFields(entries []metav1.ManagedFieldsEntry) []string {
+	var out []string
+	for _, e := range entries {
+		if !isForeign(e) || e.FieldsV1 == nil {
+			continue
+		}
+		if fields := sensitiveFields(e.FieldsV1.Raw); len(fields) > 0 {
+			out = append(out, fmt.Sprintf("%s (%s)", e.Manager, strings.Join(fields, ", ")))
+		}
+	}
+	return out
+}
+
+func isForeign(e metav1.ManagedFieldsEntry) bool {
+	return e.Subresource == "" && !slices.Contains(ourManagers, e.Manager)
+}
+
+// sensitiveFields names the fields under spec in a FieldsV1 document, except
+// spec.replicas and spec.template.metadata.
+func sensitiveFields(raw []byte) []string {
+	var fields map[string]any
+	if json.Unmarshal(raw, &fields) != nil {
+		return nil
+	}
+	spec, _ := fields["f:spec"].(map[string]any)
+	var out []string
+	for k, v := range spec {
+		switch k {
+		case ".", "f:replicas":
+		case "f:template":
+			t, _ := v.(map[string]any)
+			for k2 := range t {
+				if k2 != "." && k2 != "f:metadata" {
+					out = append(out, "spec.template."+strings.TrimPrefix(k2, "f:"))
+				}
+			}
+		default:
+			out = append(out, "spec."+strings.TrimPrefix(k, "f:"))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func hasManager(entries []metav1.ManagedFieldsEntry, manager string) bool {
+	return slices.ContainsFunc(entries, func(e metav1.ManagedFieldsEntry) bool { return e.Manager == manager })
+}
+
+// hasOwnUpdateEntry: the object was created with a POST, which records the
+// operator's fields under an Update entry; apply removes only fields of its
+// Apply entry, so the two are merged before the first apply.
+func hasOwnUpdateEntry(entries []metav1.ManagedFieldsEntry) bool {
+	return slices.ContainsFunc(entries, func(e metav1.ManagedFieldsEntry) bool {
+		return e.Manager == ManagerName && e.Operation == metav1.ManagedFieldsOperationUpdate && e.Subresource == ""
+	})
+}
+
+// takeOver merges the entries of foreign managers that own sensitive fields,
+// and the operator's own Update entry, into its Apply entry. The patch tests
+// the resourceVersion it read, so a concurrent write makes it fail (and the
+// reconcile retry) rather than lose an entry. It returns the managers taken
+// over, for an event.
+func (a *Applier) takeOver(ctx context.Context, ri dynamic.ResourceInterface, name string, uid types.UID) ([]string, error) {
+	obj, err := ri.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, objectError(err, "", name, "read")
+	}
+	if obj.GetUID() != uid {
+		return nil, errStaleRead
+	}
+	entries := obj.GetManagedFields()
+	merged := fieldpath.NewSet()
+	var keep []metav1.ManagedFieldsEntry
+	var taken []string
+	var ours *metav1.ManagedFieldsEntry
+	for _, e := range entries {
+		absorb := false
+		switch {
+		case e.Manager == ManagerName && e.Subresource == "" && e.Operation == metav1.ManagedFieldsOperationApply:
+			ours = &e
+			absorb = true
+		case e.Manager == ManagerName && e.Subresource == "" && e.Operation == metav1.ManagedFieldsOperationUpdate:
+			absorb = true
+		case isForeign(e) && e.FieldsV1 != nil && len(sensitiveFields(e.FieldsV1.Raw)) > 0:
+			absorb = true
+			taken = append(taken, fmt.Sprintf("%s (%s)", e.Manager, strings.Join(sensitiveFields(e.FieldsV1.Raw), ", ")))
+		}
+		if !absorb {
+			keep = append(keep, e)
+			continue
+		}
+		if e.FieldsV1 != nil {
+			s := fieldpath.NewSet()
+			if err := s.FromJSON(strings.NewReader(string(e.FieldsV1.Raw))); err != nil {
+				return nil, fmt.Errorf("managed fields of %s: %w", e.Manager, err)
+			}
+			merged = merged.Union(s)
+		}
+	}
+	raw, err := merged.ToJSON()
+	if err != nil {
+		return nil, err
+	}
+	entry := metav1.ManagedFieldsEntry{
+		Manager: ManagerName, Operation: metav1.ManagedFieldsOperationApply, APIVersion: obj.GetAPIVersion(),
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: raw},
+	}
+	if ours != nil {
+		entry.APIVersion, entry.Time = ours.APIVersion, ours.Time
+	}
+	keep = append(keep, entry)
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/resourceVersion", "value": obj.GetResourceVersion()},
+		{"op": "replace", "path": "/metadata/managedFields", "value": keep},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ri.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: ManagerName}); err != nil {
+		return nil, objectError(err, obj.GetKind(), name, "take-over of field managers")
+	}
+	return taken, nil
+}

@@ -1,0 +1,160 @@
+package controllers
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+)
+
+// reconcile is the pipeline, each step failing with a typed reason:
+//
+//	suspend? → resolve → hold back a failed version → render → announce a
+//	version change → apply → ApplySet parent → gate the upgrade (roll back)
+//	→ prune once Ready
+//
+// It writes the children; status is computed from its outcome by the caller.
+func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.SimpleWebApp) (o outcome) {
+	o.requestedAt = swa.Annotations[webappv1.AnnotationReconcileRequestedAt]
+	force := o.requestedAt != "" && o.requestedAt != swa.Status.LastHandledReconcileAt
+	defer func() {
+		if o.workload == nil && o.failure != nil || o.suspended {
+			// The last applied objects keep running: report their health.
+			o.workload = r.cachedWorkload(ctx, swa)
+		}
+	}()
+	if swa.Spec.Suspend {
+		o.suspended = true
+		return o
+	}
+
+	rel, err := r.Channels.Resolve(ctx, swa.Spec)
+	if err != nil {
+		o.failure = asStepError(err, webappv1.ReasonVersionNotFound)
+		return o
+	}
+	if heldBack(swa, rel) {
+		if rel, err = r.lastHealthy(ctx, swa, rel); err != nil {
+			o.failure = asStepError(err, webappv1.ReasonVersionNotFound)
+			return o
+		}
+		o.heldBack = true
+	}
+	o.release = rel
+	rendered, err := r.Renders.Render(ctx, rel, swa)
+	if err != nil {
+		o.failure = asStepError(err, webappv1.ReasonRenderFailed)
+		return o
+	}
+	if err := r.announceVersionChange(ctx, swa, rel); err != nil {
+		o.failure, o.staleRead = asStepError(err, webappv1.ReasonApplyFailed), isStaleRead(err)
+		return o
+	}
+	if !r.apply(ctx, swa, rendered, force, &o) {
+		return o
+	}
+
+	o.gate = gateUpgrade(swa, rel, o.heldBack, o.workload, time.Now())
+	if o.gate.rollback {
+		back, err := r.lastHealthy(ctx, swa, rel)
+		if err == nil {
+			o.release = back
+			rendered, err = r.Renders.Render(ctx, back, swa)
+		}
+		if err != nil {
+			o.failure = asStepError(err, webappv1.ReasonVersionNotFound)
+			return o
+		}
+		o.heldBack, o.rolledBack = true, true
+		if !r.apply(ctx, swa, rendered, force, &o) {
+			return o
+		}
+	}
+
+	if done, _, _ := rollout(o.workload); done {
+		remaining, pruned, err := r.Applier.Prune(ctx, swa, o.inventory, inventory(rendered.Objects))
+		o.inventory, o.pruned = remaining, pruned
+		if err != nil {
+			o.failure, o.staleRead = asStepError(err, webappv1.ReasonPruneFailed), isStaleRead(err)
+		}
+	}
+	return o
+}
+
+// apply writes one render and the ApplySet parent, and records them in o.
+// It reports success.
+func (r *SimpleWebAppReconciler) apply(ctx context.Context, swa *webappv1.SimpleWebApp, rendered *Rendered, force bool, o *outcome) bool {
+	// Everything already applied stays in the inventory until it is pruned,
+	// including objects written before a failure.
+	inv := slices.Clone(swa.Status.Inventory)
+	if o.inventory != nil {
+		inv = o.inventory
+	}
+	for _, ref := range inventory(rendered.Objects) {
+		if !slices.Contains(inv, ref) {
+			inv = append(inv, ref)
+		}
+	}
+	o.inventory = inv
+	res, err := r.Applier.Apply(ctx, swa, rendered, force)
+	o.writes += res.writes
+	o.takenOver = append(o.takenOver, res.takenOver...)
+	if err == nil {
+		var wrote bool
+		wrote, err = r.Applier.ensureParent(ctx, swa, inv)
+		if wrote {
+			o.writes++
+			r.rememberStatus(swa) // our own write of the parent: the cache will catch up
+		}
+	}
+	if err != nil {
+		o.failure, o.staleRead = asStepError(err, webappv1.ReasonApplyFailed), isStaleRead(err)
+		return false
+	}
+	o.applied, o.objects, o.workload = true, rendered.Objects, res.workload
+	if o.workload == nil {
+		o.workload = r.cachedWorkload(ctx, swa)
+	}
+	return true
+}
+
+// announceVersionChange writes Ready=False before a new version is applied.
+// A channel can move a SimpleWebApp to another version without a new
+// generation; without this its status would say Ready=True, current by its
+// observedGeneration, while the new version rolls out. The status comes from
+// computeStatus like every other.
+func (r *SimpleWebAppReconciler) announceVersionChange(ctx context.Context, swa *webappv1.SimpleWebApp, rel Release) error {
+	if swa.Status.Version == "" || swa.Status.Version == rel.Version || !isReady(swa) {
+		return nil
+	}
+	return r.writeStatus(ctx, swa, outcome{announcing: true, release: rel, workload: r.cachedWorkload(ctx, swa)})
+}
+
+// lastHealthy resolves the last healthy version, keeping the channel it was
+// reached through, to apply instead of desired.
+func (r *SimpleWebAppReconciler) lastHealthy(ctx context.Context, swa *webappv1.SimpleWebApp, desired Release) (Release, error) {
+	rel, err := r.Channels.Resolve(ctx, webappv1.SimpleWebAppSpec{Version: swa.Status.LastHealthyVersion})
+	rel.Channel, rel.ChannelRevision = desired.Channel, desired.ChannelRevision
+	return rel, err
+}
+
+// cachedWorkload is the Deployment of the inventory, from the cache.
+func (r *SimpleWebAppReconciler) cachedWorkload(ctx context.Context, swa *webappv1.SimpleWebApp) *appsv1.Deployment {
+	name := workloadName(swa.Status.Inventory)
+	if name == "" {
+		return nil
+	}
+	d := &appsv1.Deployment{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: swa.Namespace, Name: name}, d); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return nil
+		}
+		return nil
+	}
+	return d
+}

@@ -1,0 +1,160 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io/fs"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/lru"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+)
+
+// RenderCache remembers renders, so a reconcile whose inputs did not change
+// (a child's status moved, a resync, a restart's first pass is the only
+// exception) costs no kustomize run. The key is everything Render reads:
+// the package's files, the SimpleWebApp's namespace, name and spec. Renders
+// are kept as JSON (a few KiB each) in an LRU of bounded size.
+//
+// Render also runs under a deadline: a render that takes longer fails with
+// RenderFailed instead of holding a worker (the limits in render.go keep it
+// from getting that far).
+type RenderCache struct {
+	cache   *lru.Cache
+	Timeout time.Duration
+}
+
+// NewRenderCache returns a cache of at most size renders.
+func NewRenderCache(size int, timeout time.Duration) *RenderCache {
+	return &RenderCache{cache: lru.New(size), Timeout: timeout}
+}
+
+type renderedJSON struct {
+	Objects  []json.RawMessage `json:"objects"`
+	Handoffs []json.RawMessage `json:"handoffs"`
+}
+
+// Render returns Render(rel, swa), from the cache when its inputs are known.
+func (c *RenderCache) Render(ctx context.Context, rel Release, swa *webappv1.SimpleWebApp) (*Rendered, error) {
+	key, err := renderKey(rel, swa)
+	if err != nil {
+		return nil, err
+	}
+	if v, ok := c.cache.Get(key); ok {
+		renderCacheHits.Inc()
+		return decodeRendered(v.([]byte))
+	}
+	start := time.Now()
+	r, err := c.renderWithDeadline(ctx, rel, swa)
+	renderDuration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, err
+	}
+	b, err := encodeRendered(r)
+	if err != nil {
+		return nil, err
+	}
+	c.cache.Add(key, b)
+	return r, nil
+}
+
+func (c *RenderCache) renderWithDeadline(ctx context.Context, rel Release, swa *webappv1.SimpleWebApp) (*Rendered, error) {
+	type result struct {
+		r   *Rendered
+		err error
+	}
+	done := make(chan result, 1)
+	swa = swa.DeepCopy()
+	go func() {
+		r, err := Render(rel, swa)
+		done <- result{r, err}
+	}()
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	select {
+	case res := <-done:
+		return res.r, res.err
+	case <-time.After(timeout):
+		return nil, stalled(webappv1.ReasonRenderFailed, "rendering package %s took longer than %s", rel.Version, timeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// renderKey hashes the package's files and the SimpleWebApp's identity and
+// spec.
+func renderKey(rel Release, swa *webappv1.SimpleWebApp) (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(rel.Files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(rel.Files, p)
+		if err != nil {
+			return err
+		}
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+		h.Write(b)
+		h.Write([]byte{0})
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	spec, err := json.Marshal(swa.Spec)
+	if err != nil {
+		return "", err
+	}
+	h.Write([]byte(rel.Version + "\x00" + swa.Namespace + "\x00" + swa.Name + "\x00"))
+	h.Write(spec)
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func encodeRendered(r *Rendered) ([]byte, error) {
+	var out renderedJSON
+	for _, o := range r.Objects {
+		b, err := o.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		out.Objects = append(out.Objects, b)
+	}
+	for _, o := range r.Handoffs {
+		b, err := o.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		out.Handoffs = append(out.Handoffs, b)
+	}
+	return json.Marshal(out)
+}
+
+func decodeRendered(b []byte) (*Rendered, error) {
+	var in renderedJSON
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, err
+	}
+	r := &Rendered{}
+	for _, raw := range in.Objects {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(raw); err != nil {
+			return nil, err
+		}
+		r.Objects = append(r.Objects, u)
+	}
+	for _, raw := range in.Handoffs {
+		u := &unstructured.Unstructured{}
+		if err := u.UnmarshalJSON(raw); err != nil {
+			return nil, err
+		}
+		r.Handoffs = append(r.Handoffs, u)
+	}
+	return r, nil
+}
