@@ -184,8 +184,7 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 	if err != nil {
 		return nil, err
 	}
-	foreign := foreignSensitiveFields(live.GetManagedFields())
-	needs := force || len(foreign) > 0 || liveU.GetAnnotations()[AnnotationAppliedHash] != desired.GetAnnotations()[AnnotationAppliedHash] ||
+	needs := force || len(foreignSensitiveFields(live.GetManagedFields())) > 0 || liveU.GetAnnotations()[AnnotationAppliedHash] != desired.GetAnnotations()[AnnotationAppliedHash] ||
 		!contains(liveU.Object, desired.Object)
 	partialNeeded := partial != nil && (force || !contains(liveU.Object, partial.Object) || !hasManager(live.GetManagedFields(), HandoffManager))
 	if !needs && !partialNeeded {
@@ -206,20 +205,25 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 		res.writes++
 	}
 	if needs {
-		if len(foreign) > 0 || hasOwnUpdateEntry(live.GetManagedFields()) {
-			// Take over the foreign managers' fields (and our own from the
-			// create), so that this apply removes what the render lacks.
-			taken, err := a.takeOver(ctx, ri, desired.GetName(), live.GetUID())
-			if err != nil {
-				return nil, err
-			}
-			res.takenOver = append(res.takenOver, taken...)
-			res.writes++
-		}
+		// Apply first: if the API server refuses it, nothing was written.
 		if out, err = a.apply(ctx, ri, desired, live.GetUID(), ManagerName); err != nil {
 			return nil, err
 		}
 		res.writes++
+		if leftover(out.GetManagedFields()) {
+			// Fields of foreign managers, or of our own create, that this
+			// apply did not cover: take them over, and apply again so that
+			// what the render lacks is removed.
+			taken, err := a.takeOver(ctx, ri, out)
+			if err != nil {
+				return nil, err
+			}
+			res.takenOver = append(res.takenOver, taken...)
+			if out, err = a.apply(ctx, ri, desired, live.GetUID(), ManagerName); err != nil {
+				return nil, err
+			}
+			res.writes += 2
+		}
 	}
 	a.remember(key, out)
 	return fromUnstructured(out, kind)

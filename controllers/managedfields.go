@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
@@ -77,28 +79,48 @@ func hasManager(entries []metav1.ManagedFieldsEntry, manager string) bool {
 	return slices.ContainsFunc(entries, func(e metav1.ManagedFieldsEntry) bool { return e.Manager == manager })
 }
 
-// hasOwnUpdateEntry: the object was created with a POST, which records the
-// operator's fields under an Update entry; apply removes only fields of its
-// Apply entry, so the two are merged before the first apply.
-func hasOwnUpdateEntry(entries []metav1.ManagedFieldsEntry) bool {
-	return slices.ContainsFunc(entries, func(e metav1.ManagedFieldsEntry) bool {
-		return e.Manager == ManagerName && e.Operation == metav1.ManagedFieldsOperationUpdate && e.Subresource == ""
-	})
+// leftover reports whether, after an apply, fields remain that the
+// operator's apply entry does not own but should: sensitive fields of a
+// foreign manager, or fields of the operator's own create (a POST records
+// them under an Update entry) that the render no longer holds. Apply removes
+// only fields of its own entry.
+func leftover(entries []metav1.ManagedFieldsEntry) bool {
+	if len(foreignSensitiveFields(entries)) > 0 {
+		return true
+	}
+	var applied, created *fieldpath.Set
+	for _, e := range entries {
+		if e.Manager != ManagerName || e.Subresource != "" || e.FieldsV1 == nil {
+			continue
+		}
+		s := fieldpath.NewSet()
+		if s.FromJSON(bytes.NewReader(e.FieldsV1.Raw)) != nil {
+			continue
+		}
+		switch e.Operation {
+		case metav1.ManagedFieldsOperationApply:
+			applied = s
+		case metav1.ManagedFieldsOperationUpdate:
+			created = s
+		}
+	}
+	if created == nil {
+		return false
+	}
+	if applied == nil {
+		return !created.Empty()
+	}
+	return !created.Difference(applied).Empty()
 }
 
 // takeOver merges the entries of foreign managers that own sensitive fields,
-// and the operator's own Update entry, into its Apply entry. The patch tests
-// the resourceVersion it read, so a concurrent write makes it fail (and the
-// reconcile retry) rather than lose an entry. It returns the managers taken
+// and the operator's own Update entry, into its Apply entry, on obj as the
+// last apply returned it. The patch tests that resourceVersion, so a
+// concurrent write makes it fail (and the reconcile retry) rather than lose
+// an entry. It returns the managers taken
 // over, for an event.
-func (a *Applier) takeOver(ctx context.Context, ri dynamic.ResourceInterface, name string, uid types.UID) ([]string, error) {
-	obj, err := ri.Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return nil, objectError(err, "", name, "read")
-	}
-	if obj.GetUID() != uid {
-		return nil, errStaleRead
-	}
+func (a *Applier) takeOver(ctx context.Context, ri dynamic.ResourceInterface, obj *unstructured.Unstructured) ([]string, error) {
+	name := obj.GetName()
 	entries := obj.GetManagedFields()
 	merged := fieldpath.NewSet()
 	var keep []metav1.ManagedFieldsEntry
@@ -122,7 +144,7 @@ func (a *Applier) takeOver(ctx context.Context, ri dynamic.ResourceInterface, na
 		}
 		if e.FieldsV1 != nil {
 			s := fieldpath.NewSet()
-			if err := s.FromJSON(strings.NewReader(string(e.FieldsV1.Raw))); err != nil {
+			if err := s.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
 				return nil, fmt.Errorf("managed fields of %s: %w", e.Manager, err)
 			}
 			merged = merged.Union(s)

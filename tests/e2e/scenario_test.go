@@ -222,11 +222,13 @@ func checkChildrenOwnedBy(t *testing.T, ctx context.Context, ns string, a *app) 
 	t.Logf("children with a controller reference to the SimpleWebApp: %s", names(objs))
 }
 
-// checkAppliedByOperator checks that the operator server-side-applied d.
+// checkAppliedByOperator checks that the operator wrote d: created it (an
+// Update entry: the operator creates with a POST so that it never adopts an
+// existing object) or server-side-applied it since.
 func checkAppliedByOperator(t *testing.T, d *appsv1.Deployment) {
 	t.Helper()
 	for _, mf := range d.ManagedFields {
-		if mf.Manager == "simplewebapp-operator" && mf.Operation == metav1.ManagedFieldsOperationApply {
+		if mf.Manager == "simplewebapp-operator" && mf.Subresource == "" {
 			return
 		}
 	}
@@ -234,7 +236,7 @@ func checkAppliedByOperator(t *testing.T, d *appsv1.Deployment) {
 	for _, mf := range d.ManagedFields {
 		managers = append(managers, fmt.Sprintf("%s/%s", mf.Manager, mf.Operation))
 	}
-	t.Errorf("Deployment %s managers %v, want simplewebapp-operator/Apply", d.Name, managers)
+	t.Errorf("Deployment %s managers %v, want simplewebapp-operator", d.Name, managers)
 }
 
 // children lists every object of the app by kind: what the operator renders

@@ -127,12 +127,19 @@ func metaItems(list client.ObjectList) ([]client.Object, error) {
 
 func hasEvent(t *testing.T, ns, name, reason string) bool {
 	t.Helper()
+	return eventWith(t, ns, name, reason, "")
+}
+
+// eventWith reports whether an event about name has reason and a note that
+// contains text.
+func eventWith(t *testing.T, ns, name, reason, text string) bool {
+	t.Helper()
 	events := &eventsv1.EventList{}
 	if err := k8s.List(context.Background(), events, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range events.Items {
-		if e.Regarding.Name == name && e.Reason == reason {
+		if e.Regarding.Name == name && e.Reason == reason && strings.Contains(e.Note, text) {
 			return true
 		}
 	}

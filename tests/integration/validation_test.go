@@ -73,6 +73,17 @@ func TestInvalidSpecsAreRejected(t *testing.T) {
 		}
 	})
 
+	// Names must make valid child names: the Service <name>-web is a DNS-1035
+	// label, so no leading digit and no dot.
+	for _, name := range []string{"1app", "a.b"} {
+		t.Run("name "+name, func(t *testing.T) {
+			err := k8s.Create(context.Background(), webApp(ns, name, map[string]any{}))
+			if err == nil || !strings.Contains(err.Error(), "DNS-1035") || !strings.Contains(err.Error(), "<name>-web") {
+				t.Fatalf("got %v", err)
+			}
+		})
+	}
+
 	// Defaults come from the API server, as in the user's CRD.
 	t.Run("defaults", func(t *testing.T) {
 		obj := webApp(ns, "defaulted", nil)

@@ -1,0 +1,258 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/tests/operatortest"
+)
+
+// tenantAttempts are SimpleWebApps a tenant with nothing but SimpleWebApp
+// rights might write to borrow the operator's rights: host access,
+// privilege, another ServiceAccount's token, exposure outside the cluster,
+// and a JSON 6902 copy bomb (17 operations, about 1 KiB, that once grew the
+// operator to 12 GiB).
+func tenantAttempts() map[string][]webappv1.Patch {
+	dep := func(p string) webappv1.Patch {
+		return webappv1.Patch{Target: webappv1.PatchTarget{Kind: "Deployment", Name: "web"}, Patch: p}
+	}
+	svc := func(p string) webappv1.Patch {
+		return webappv1.Patch{Target: webappv1.PatchTarget{Kind: "Service", Name: "web"}, Patch: p}
+	}
+	var bomb strings.Builder
+	for i := range 17 {
+		fmt.Fprintf(&bomb, "- op: copy\n  from: /spec/template\n  path: /spec/template/metadata/annotations/c%d\n", i)
+	}
+	return map[string][]webappv1.Patch{
+		"hostnet":    {dep("spec:\n  template:\n    spec:\n      hostNetwork: true\n      hostPID: true\n")},
+		"privileged": {dep("spec:\n  template:\n    spec:\n      containers:\n      - name: web\n        securityContext: {privileged: true, runAsUser: 0, runAsNonRoot: false}\n")},
+		"hostpath":   {dep("- op: add\n  path: /spec/template/spec/volumes/-\n  value: {name: root, hostPath: {path: /}}\n")},
+		"token":      {dep("spec:\n  template:\n    spec:\n      serviceAccountName: default\n      automountServiceAccountToken: true\n")},
+		"exposed":    {svc("spec:\n  type: LoadBalancer\n  externalIPs: [203.0.113.9]\n")},
+		"celbomb":    {dep("metadata:\n  annotations:\n    simplewebapp.example.com/include-when: \"[1,2,3,4,5,6,7,8].all(a, [1,2,3,4,5,6,7,8].all(b, [1,2,3,4,5,6,7,8].all(c, true)))\"\n")},
+		"copybomb":   {dep(bomb.String())},
+	}
+}
+
+// A tenant who may only manage SimpleWebApps, in a namespace without Pod
+// Security labels, gets nothing through the operator that they could not get
+// alone: no pod with host access or privilege ever exists, Services stay
+// ClusterIP without external IPs, and each attempt is refused with its
+// reason. The abusive SimpleWebApps do not slow the ordinary ones down
+// (both times are logged) and the operator stays small and alive.
+func TestTenantGetsNothingBeyondTheirRights(t *testing.T) {
+	ctx := t.Context()
+	ns := kit.Namespace(t, env.C, kit.NS{Prefix: "tenant-", WaitForServiceAccount: true}) // no Pod Security labels
+	tenant := tenantClient(t, ctx, ns)
+	if answer, _ := env.Kubectl.CanI(env.Kubectl.AdminKubeconfig, "create", "deployments", "-n", ns, "--as=system:serviceaccount:"+ns+":tenant"); answer != "no" {
+		t.Fatalf("the tenant may create Deployments (%q): the test would prove nothing", answer)
+	}
+
+	// Baseline: 10 ordinary SimpleWebApps alone.
+	baseline := readyTime(t, ctx, tenant, ns, "calm", 10, nil)
+	t.Logf("10 ordinary SimpleWebApps Ready in %s without abusers", baseline.Round(time.Millisecond))
+
+	// The same next to every attempt. Pods are sampled all along.
+	stop := make(chan struct{})
+	violations := make(chan string, 100)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				close(violations)
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			for _, v := range exposure(ctx, ns) {
+				violations <- v
+			}
+		}
+	}()
+	attempts := tenantAttempts()
+	created := map[string]time.Time{}
+	withAbusers := readyTime(t, ctx, tenant, ns, "busy", 10, func() {
+		for name, patches := range attempts {
+			swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+				Spec: webappv1.SimpleWebAppSpec{Replicas: new(int32(1)), Patches: patches}}
+			created[name] = time.Now()
+			if err := tenant.Create(ctx, swa); err != nil {
+				t.Fatalf("tenant creating %s: %v", name, err)
+			}
+		}
+	})
+	t.Logf("10 ordinary SimpleWebApps Ready in %s next to %d abusive ones", withAbusers.Round(time.Millisecond), len(attempts))
+
+	for name := range attempts {
+		var took time.Duration
+		kit.WaitFor(t, timeout, name+" refused", func(ctx context.Context) (bool, string) {
+			swa := &webappv1.SimpleWebApp{}
+			if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swa); err != nil {
+				return false, err.Error()
+			}
+			c := apimeta.FindStatusCondition(swa.Status.Conditions, webappv1.ConditionStalled)
+			if c == nil || c.Status != metav1.ConditionTrue {
+				return false, fmt.Sprintf("%+v", swa.Status.Conditions)
+			}
+			took = time.Since(created[name])
+			return c.Reason == webappv1.ReasonPatchNotAllowed || c.Reason == webappv1.ReasonPolicyViolation, c.Reason + ": " + c.Message
+		})
+		t.Logf("%s refused within %s", name, took.Round(time.Millisecond))
+	}
+	close(stop)
+	var seen []string
+	for v := range violations {
+		seen = append(seen, v)
+	}
+	if len(seen) > 0 {
+		t.Errorf("host access, privilege or exposure existed: %v", seen)
+	}
+	if exited, err := env.op.Exited(); exited {
+		t.Fatalf("the operator exited: %v", err)
+	}
+	peak := peakRSS(t, env.op.Pid())
+	t.Logf("operator peak RSS %d MiB", peak>>20)
+	if peak > 150<<20 {
+		t.Errorf("operator peak RSS %d MiB, want under 150 MiB", peak>>20)
+	}
+}
+
+// tenantClient makes the ServiceAccount "tenant" in ns with a Role on
+// simplewebapps only, and returns a client with its token.
+func tenantClient(t *testing.T, ctx context.Context, ns string) client.Client {
+	t.Helper()
+	id, err := env.NewServiceAccount(ctx, ns, "tenant")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range []client.Object{
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "swa-only"}, Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{"example.com"}, Resources: []string{"simplewebapps"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"},
+		}}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "swa-only"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "swa-only"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: "tenant"}}},
+	} {
+		if err := env.C.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", id.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = webappv1.AddToScheme(scheme)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Kubectl.WaitCanI(ctx, 30*time.Second, operatortest.CanIWant{
+		Kubeconfig: id.Kubeconfig, Args: []string{"create", "simplewebapps.example.com", "-n", ns}, Want: "yes",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// readyTime creates n ordinary SimpleWebApps named prefix-i as the tenant,
+// runs also (if any) right after, and returns how long until all are Ready.
+func readyTime(t *testing.T, ctx context.Context, tenant client.Client, ns, prefix string, n int, also func()) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for i := range n {
+		swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("%s-%d", prefix, i)},
+			Spec: webappv1.SimpleWebAppSpec{Replicas: new(int32(1)), Message: "ordinary"}}
+		if err := tenant.Create(ctx, swa); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if also != nil {
+		also()
+	}
+	kit.WaitFor(t, timeout, fmt.Sprintf("%d %s SimpleWebApps Ready", n, prefix), func(ctx context.Context) (bool, string) {
+		ready := 0
+		for i := range n {
+			swa := &webappv1.SimpleWebApp{}
+			if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("%s-%d", prefix, i)}, swa); err == nil &&
+				apimeta.IsStatusConditionTrue(swa.Status.Conditions, webappv1.ConditionReady) {
+				ready++
+			}
+		}
+		return ready == n, fmt.Sprintf("%d of %d Ready", ready, n)
+	})
+	return time.Since(start)
+}
+
+// exposure lists pods with host access or privilege, and Services that are
+// not ClusterIP or have external IPs, in ns.
+func exposure(ctx context.Context, ns string) []string {
+	var out []string
+	pods := &corev1.PodList{}
+	if err := env.C.List(ctx, pods, client.InNamespace(ns)); err == nil {
+		for _, p := range pods.Items {
+			s := p.Spec
+			if s.HostNetwork || s.HostPID || s.HostIPC || s.ServiceAccountName != "" && s.ServiceAccountName != "default" {
+				out = append(out, "pod "+p.Name+": host namespaces or another service account")
+			}
+			for _, v := range s.Volumes {
+				if v.HostPath != nil || v.Secret != nil || v.Projected != nil {
+					out = append(out, "pod "+p.Name+": volume "+v.Name)
+				}
+			}
+			for _, c := range s.Containers {
+				if sc := c.SecurityContext; sc != nil && (sc.Privileged != nil && *sc.Privileged || sc.RunAsUser != nil && *sc.RunAsUser == 0) {
+					out = append(out, "pod "+p.Name+": privileged container "+c.Name)
+				}
+			}
+		}
+	}
+	svcs := &corev1.ServiceList{}
+	if err := env.C.List(ctx, svcs, client.InNamespace(ns)); err == nil {
+		for _, s := range svcs.Items {
+			if s.Spec.Type != corev1.ServiceTypeClusterIP || len(s.Spec.ExternalIPs) > 0 {
+				out = append(out, "service "+s.Name+": "+string(s.Spec.Type))
+			}
+		}
+	}
+	return out
+}
+
+// peakRSS is the process's peak resident set size (VmHWM), in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc status")
+	return 0
+}
