@@ -107,7 +107,7 @@ func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rend
 	var res applied
 	id := applySetID(swa)
 	for _, o := range r.Objects {
-		desired := a.desired(swa, o, id)
+		desired := desired(swa, o, id)
 		var partial *unstructured.Unstructured
 		for _, h := range r.Handoffs {
 			if identity(h) == identity(o) {
@@ -125,10 +125,28 @@ func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rend
 	return res, nil
 }
 
+// DesiredObjects are the objects of r as the operator writes them for swa,
+// each with its handoff fields when they are applied (`kubectl swa diff`
+// dry-runs exactly these).
+func DesiredObjects(swa *webappv1.SimpleWebApp, r *Rendered) []*unstructured.Unstructured {
+	id := applySetID(swa)
+	out := make([]*unstructured.Unstructured, 0, len(r.Objects))
+	for _, o := range r.Objects {
+		d := desired(swa, o, id)
+		for _, h := range r.Handoffs {
+			if identity(h) == identity(o) {
+				d = withFields([]*unstructured.Unstructured{d}, h)[0]
+			}
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
 // desired is o as the operator writes it: owned by swa (a controller
 // reference, so the garbage collector removes it with swa), labelled as a
 // member of swa's ApplySet, and with the hash of all that.
-func (a *Applier) desired(swa *webappv1.SimpleWebApp, o *unstructured.Unstructured, applySet string) *unstructured.Unstructured {
+func desired(swa *webappv1.SimpleWebApp, o *unstructured.Unstructured, applySet string) *unstructured.Unstructured {
 	d := o.DeepCopy()
 	d.SetOwnerReferences([]metav1.OwnerReference{*metav1.NewControllerRef(swa, webappv1.GroupVersion.WithKind("SimpleWebApp"))})
 	labels := d.GetLabels()

@@ -16,10 +16,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/tests/cluster"
@@ -49,6 +51,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) (code int) {
+	ctrllog.SetLogger(logr.Discard()) // the tests' own clients log nothing
 	var cleanups operatortest.Cleanups
 	defer cleanups.Run()
 	e, err := setUp(cleanups.Add)
