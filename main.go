@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -45,6 +46,8 @@ func main() {
 		workers       int
 		statusDelay   time.Duration
 		stuckAfter    time.Duration
+		upgrades      int
+		shard         string
 	)
 	// Our own flag set: imported packages (kdp's loaders) register global flags
 	// this operator does not use. controller-runtime's --kubeconfig is kept.
@@ -68,6 +71,8 @@ func main() {
 	flags.DurationVar(&channelsPoll, "channels-poll-interval", 5*time.Second, "How often --channels-dir is checked for changes.")
 	flags.IntVar(&workers, "max-concurrent-reconciles", 4, "SimpleWebApps reconciled at once, so one slow SimpleWebApp never holds up the others.")
 	flags.DurationVar(&statusDelay, "status-batch-delay", 500*time.Millisecond, "How long a Deployment's status changes are collected before the SimpleWebApp's status is written once for them.")
+	flags.IntVar(&upgrades, "max-concurrent-upgrades", 20, "SimpleWebApps rolling out a new version at once, when a channel moves; the others keep their running version until a slot frees up. 0: unbounded.")
+	flags.StringVar(&shard, "watch-label-selector", "", "Reconcile only the SimpleWebApps this label selector matches, e.g. sharding.simplewebapp.example.com/key=shard1 (one operator Deployment per shard) or 'sharding.simplewebapp.example.com/key notin (shard1,shard2)' for the rest.")
 	flags.DurationVar(&stuckAfter, "stuck-reconcile-timeout", 5*time.Minute, "/healthz fails (and the liveness probe restarts the operator) while a reconcile has run for longer than this.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flags)
@@ -82,6 +87,12 @@ func main() {
 	}
 	setupLog.Info("leader election", "enabled", leaderElect, "inCluster", inCluster,
 		"leaseDuration", leaseDuration.String(), "renewDeadline", renewDeadline.String(), "retryPeriod", retryPeriod.String())
+
+	shardSelector, err := labels.Parse(shard)
+	if err != nil {
+		setupLog.Error(err, "invalid --watch-label-selector")
+		os.Exit(1)
+	}
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -110,7 +121,7 @@ func main() {
 		RetryPeriod:             &retryPeriod,
 		// The process exits right after losing or releasing leadership.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.CacheOptions(),
+		Cache:                         controllers.WithShard(controllers.CacheOptions(), shardSelector),
 	})
 	if err != nil {
 		setupLog.Error(err, "unable to create manager")
@@ -126,6 +137,7 @@ func main() {
 	}
 	reconciler, err := controllers.Setup(mgr, controllers.Options{
 		Channels: source, ChannelsPollInterval: channelsPoll, MaxConcurrentReconciles: workers, StatusDelay: statusDelay,
+		MaxConcurrentUpgrades: upgrades,
 	})
 	if err != nil {
 		setupLog.Error(err, "unable to set up controller")

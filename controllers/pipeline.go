@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -45,6 +46,18 @@ func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.Si
 		}
 		o.heldBack = true
 	}
+	key := types.NamespacedName{Namespace: swa.Namespace, Name: swa.Name}
+	if isUpgrade(swa, rel) && !r.Upgrades.acquire(key, swa.Status.Upgrade != nil && swa.Status.Upgrade.To == rel.Version) {
+		// No upgrade slot: keep the running version (and correct its drift)
+		// until one frees up.
+		running, err := r.Channels.Resolve(ctx, webappv1.SimpleWebAppSpec{Version: swa.Status.Version})
+		if err != nil {
+			o.failure = asStepError(err, webappv1.ReasonVersionNotFound)
+			return o
+		}
+		running.Channel, running.ChannelRevision = swa.Status.Channel, ""
+		rel, o.waitingForUpgrade = running, fmt.Sprintf("%s waits for an upgrade slot (%d upgrades in flight, --max-concurrent-upgrades)", rel.Version, r.Upgrades.inFlight())
+	}
 	o.release = rel
 	rendered, err := r.Renders.Render(ctx, rel, swa)
 	if err != nil {
@@ -76,6 +89,9 @@ func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.Si
 		}
 	}
 
+	if o.gate.upgrade == nil {
+		r.Upgrades.release(key) // done, rolled back, or never an upgrade
+	}
 	if done, _, _ := rollout(o.workload); done {
 		remaining, pruned, err := r.Applier.Prune(ctx, swa, o.inventory, inventory(rendered.Objects))
 		o.inventory, o.pruned = remaining, pruned
@@ -84,6 +100,12 @@ func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.Si
 		}
 	}
 	return o
+}
+
+// isUpgrade: rel moves a SimpleWebApp that runs a healthy version to another.
+func isUpgrade(swa *webappv1.SimpleWebApp, rel Release) bool {
+	st := swa.Status
+	return st.LastHealthyVersion != "" && st.Version != "" && rel.Version != st.Version && rel.Version != st.LastHealthyVersion
 }
 
 // apply writes one render and the ApplySet parent, and records them in o.

@@ -9,6 +9,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
 
 // CacheOptions caches only the objects this operator manages (ManagedKinds
@@ -42,6 +44,25 @@ type Options struct {
 	RenderCacheSize int
 	// RenderTimeout bounds one render (default 10s).
 	RenderTimeout time.Duration
+	// MaxConcurrentUpgrades bounds the SimpleWebApps rolling out a new
+	// version at once (0: unbounded).
+	MaxConcurrentUpgrades int
+}
+
+// WithShard limits opts to the SimpleWebApps that selector matches: an
+// operator Deployment per shard label value splits a large fleet, as Flux
+// shards its controllers (sharding.fluxcd.io/key). Moving a SimpleWebApp to
+// another shard hands it over: the old shard's cache drops it, the new one
+// finds its objects up to date and writes nothing.
+func WithShard(opts cache.Options, selector labels.Selector) cache.Options {
+	if selector == nil || selector.Empty() {
+		return opts
+	}
+	if opts.ByObject == nil {
+		opts.ByObject = map[client.Object]cache.ByObject{}
+	}
+	opts.ByObject[&webappv1.SimpleWebApp{}] = cache.ByObject{Label: selector}
+	return opts
 }
 
 // Setup wires a SimpleWebAppReconciler into mgr, and a ChannelWatcher when
@@ -65,6 +86,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 		Applier:                 NewApplier(mgr.GetClient(), mgr.GetAPIReader(), dyn, mgr.GetRESTMapper()),
 		StatusDelay:             opts.StatusDelay,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
+		Upgrades:                &upgradeSlots{max: opts.MaxConcurrentUpgrades},
 	}
 	var channelEvents chan event.GenericEvent
 	if opts.Channels.Dir != nil {

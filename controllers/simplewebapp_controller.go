@@ -33,6 +33,10 @@ import (
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
 
+// upgradeSlotRetry is how often a SimpleWebApp waiting for an upgrade slot
+// looks again.
+const upgradeSlotRetry = 3 * time.Second
+
 // SimpleWebAppReconciler runs the pipeline (pipeline.go) for each
 // SimpleWebApp and writes status from what it saw.
 type SimpleWebAppReconciler struct {
@@ -48,6 +52,8 @@ type SimpleWebAppReconciler struct {
 	// MaxConcurrentReconciles is how many SimpleWebApps are reconciled at
 	// once, so a slow one never holds up the others.
 	MaxConcurrentReconciles int
+	// Upgrades bounds the version roll-outs in flight.
+	Upgrades *upgradeSlots
 
 	inflight      sync.Map // reconcile.Request → start time (stuck reconciles fail liveness)
 	statusMu      sync.Mutex
@@ -70,6 +76,7 @@ func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		if apierrors.IsNotFound(err) {
 			forgetMetrics(req.Namespace, req.Name)
 			r.forgetStatus(req.NamespacedName)
+			r.Upgrades.release(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -101,6 +108,9 @@ func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	recordMetrics(before, swa, o)
 	if o.failure != nil && !o.failure.Terminal {
 		return ctrl.Result{}, o.failure // retried with backoff
+	}
+	if o.waitingForUpgrade != "" {
+		return ctrl.Result{RequeueAfter: upgradeSlotRetry}, nil
 	}
 	return ctrl.Result{RequeueAfter: o.gate.requeueAfter}, nil
 }

@@ -30,6 +30,9 @@ type outcome struct {
 	// announcing: about to apply a version other than the one running
 	// (written before the apply, so Ready never stays True for the old one).
 	announcing bool
+	// waitingForUpgrade says why the running version was applied instead
+	// of a newer one (no upgrade slot free).
+	waitingForUpgrade string
 	// requestedAt is the reconcile-requested-at annotation handled.
 	requestedAt string
 	staleRead   bool
@@ -146,6 +149,8 @@ func phaseOf(swa *webappv1.SimpleWebApp, st *webappv1.SimpleWebAppStatus, o outc
 			message: fmt.Sprintf("version %s %s; running %s (%s); waiting for a change of the spec or the channel", fu.Version, fu.Message, st.Version, msg)}
 	case failed:
 		return phase{kind: phaseStalled, reason: webappv1.ReasonRolloutFailed, message: msg}
+	case o.waitingForUpgrade != "":
+		return phase{kind: phaseProgressing, reason: webappv1.ReasonProgressing, message: fmt.Sprintf("version %s: %s; %s", st.Version, msg, o.waitingForUpgrade)}
 	case !done:
 		if up := st.Upgrade; up != nil {
 			msg = fmt.Sprintf("upgrading from %s to %s (rolled back if not Ready by %s): %s",
