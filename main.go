@@ -6,9 +6,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
+	"strconv"
+	"sync/atomic"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -97,6 +101,7 @@ func main() {
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(webappv1.AddToScheme(scheme))
+	utilruntime.Must(apiextensionsv1.AddToScheme(scheme)) // the CRD check at start
 
 	metricsOpts := metricsserver.Options{
 		BindAddress:   metricsAddr,
@@ -109,7 +114,10 @@ func main() {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	ctx := ctrl.SetupSignalHandler()
+	cfg := ctrl.GetConfigOrDie()
+	exitAfterWrites(cfg)
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  probeAddr,
@@ -147,8 +155,15 @@ func main() {
 	utilruntime.Must(mgr.AddHealthzCheck("reconcile", reconciler.Healthz(stuckAfter)))
 	utilruntime.Must(mgr.AddReadyzCheck("readyz", healthz.Ping))
 
+	// A CRD older than this operator would silently drop fields: refuse to
+	// start, saying which (an uncached read; the manager has not started).
+	if err := controllers.CheckCRD(ctx, mgr.GetAPIReader()); err != nil {
+		setupLog.Error(err, "incompatible CRD")
+		os.Exit(1)
+	}
+
 	setupLog.Info("starting manager")
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		setupLog.Error(err, "manager exited")
 		os.Exit(1)
 	}
@@ -175,3 +190,29 @@ func validateLeaderElection(lease, renew, retry time.Duration) error {
 	}
 	return nil
 }
+
+// exitAfterWrites is a failpoint for crash-consistency tests only: with
+// SWA_TEST_EXIT_AFTER_WRITES=k the process exits with status 137 (as if
+// SIGKILLed) right after its k-th write request (POST, PUT, PATCH, DELETE)
+// got its answer, wherever in a reconcile that falls.
+func exitAfterWrites(cfg *rest.Config) {
+	k, err := strconv.Atoi(os.Getenv("SWA_TEST_EXIT_AFTER_WRITES"))
+	if err != nil || k <= 0 {
+		return
+	}
+	var writes atomic.Int64
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if req.Method != http.MethodGet && writes.Add(1) >= int64(k) {
+				fmt.Fprintf(os.Stderr, "SWA_TEST_EXIT_AFTER_WRITES: exiting after write %d (%s %s)\n", k, req.Method, req.URL.Path)
+				os.Exit(137)
+			}
+			return resp, err
+		})
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -64,6 +64,7 @@ type Applier struct {
 	// each object, to tell a cache that is behind it from a change.
 	mu      sync.Mutex
 	written map[objectKey]write
+	fights  fights
 }
 
 // write is the operator's last write of an object.
@@ -202,11 +203,23 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 	if err != nil {
 		return nil, err
 	}
-	needs := force || len(foreignSensitiveFields(live.GetManagedFields())) > 0 || liveU.GetAnnotations()[AnnotationAppliedHash] != desired.GetAnnotations()[AnnotationAppliedHash] ||
-		!contains(liveU.Object, desired.Object)
+	changed := liveU.GetAnnotations()[AnnotationAppliedHash] != desired.GetAnnotations()[AnnotationAppliedHash]
+	drifted := !contains(liveU.Object, desired.Object) || len(foreignSensitiveFields(live.GetManagedFields())) > 0
+	needs := force || changed || drifted
 	partialNeeded := partial != nil && (force || !contains(liveU.Object, partial.Object) || !hasManager(live.GetManagedFields(), HandoffManager))
 	if !needs && !partialNeeded {
+		a.fights.settled(key)
 		return live, nil
+	}
+	var fightErr error
+	if drifted && !changed && !force {
+		// Someone changed what we wrote: correct it, unless they keep
+		// doing so, then with backoff.
+		ok, err := a.fights.correct(key, gvk.Kind, desired.GetName(), lastForeignManager(live.GetManagedFields()), time.Now())
+		if !ok {
+			return nil, err
+		}
+		fightErr = err
 	}
 	mapping, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
@@ -244,6 +257,9 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 		}
 	}
 	a.remember(key, out)
+	if fightErr != nil {
+		return nil, fightErr
+	}
 	return fromUnstructured(out, kind)
 }
 

@@ -1,7 +1,9 @@
 package controllers
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -163,5 +165,34 @@ func TestIsUpgrade(t *testing.T) {
 		if got := isUpgrade(tc.swa, Release{Version: tc.to}); got != tc.want {
 			t.Errorf("%s: %v", tc.name, got)
 		}
+	}
+}
+
+// A fight over a field: the first corrections go at once, then at most one
+// write per growing backoff, each reported with the other manager's name.
+func TestFightBackoff(t *testing.T) {
+	var f fights
+	key := objectKey{Kind: "Deployment", Name: "x"}
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	writes := 0
+	var last error
+	for i := range 100 { // another manager changes the object 10 times a second for 10 s
+		ok, err := f.correct(key, "Deployment", "x-web", "fighter", now.Add(time.Duration(i)*100*time.Millisecond))
+		if ok {
+			writes++
+		}
+		if err != nil {
+			last = err
+		}
+	}
+	if writes > fightThreshold+6 {
+		t.Errorf("%d writes in 10 s of fighting", writes)
+	}
+	if last == nil || !strings.Contains(last.Error(), `"fighter"`) || reasonOf(last) != "" && reasonOf(last) != webappv1.ReasonFieldConflict {
+		t.Errorf("fight reported as %v", last)
+	}
+	f.settled(key)
+	if ok, err := f.correct(key, "Deployment", "x-web", "fighter", now.Add(time.Hour)); !ok || err != nil {
+		t.Errorf("after settling a correction is immediate again: %v %v", ok, err)
 	}
 }

@@ -168,7 +168,12 @@ func (r *SimpleWebAppReconciler) forgetStatus(nn types.NamespacedName) {
 // pruned, or why a step failed.
 func (r *SimpleWebAppReconciler) recordEvents(before, after *webappv1.SimpleWebApp, o outcome) {
 	if f := o.failure; f != nil {
-		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, f.Reason, "Reconcile", "generation %d: %s", after.Generation, f.Message)
+		// Once per failure, not once per retry: a transient failure retried
+		// with backoff (or a fight over a field) would flood the events.
+		old := meta.FindStatusCondition(before.Status.Conditions, webappv1.ConditionReady)
+		if old == nil || old.Reason != f.Reason || old.ObservedGeneration != after.Generation || !strings.HasSuffix(old.Message, f.Message) {
+			r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, f.Reason, "Reconcile", "generation %d: %s", after.Generation, f.Message)
+		}
 		return
 	}
 	if o.rolledBack {

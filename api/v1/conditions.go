@@ -60,6 +60,10 @@ const (
 	// ReasonPruneFailed: an object the render no longer holds could not be
 	// deleted; retried with backoff.
 	ReasonPruneFailed = "PruneFailed"
+	// ReasonFieldConflict: another field manager keeps changing fields the
+	// operator owns; the message names it. The operator re-applies with
+	// backoff until the object stays as rendered.
+	ReasonFieldConflict = "FieldConflict"
 )
 
 // TerminalReasons are the reasons that mean "cannot proceed until the spec or
@@ -72,7 +76,7 @@ var TerminalReasons = []string{
 
 // TransientReasons are retried with backoff: Reconciling=True, kstatus
 // InProgress.
-var TransientReasons = []string{ReasonApplyFailed, ReasonPruneFailed}
+var TransientReasons = []string{ReasonApplyFailed, ReasonPruneFailed, ReasonFieldConflict}
 
 // AllReasons lists every reason a condition of a SimpleWebApp may carry.
 func AllReasons() []string {
