@@ -1,0 +1,260 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/blang/semver/v4"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/controllers"
+)
+
+// versions lists the channels and package versions the operator knows and,
+// for each SimpleWebApp of -f, the version it would run and why.
+func versions(args []string, stdout, stderr io.Writer) error {
+	var c common
+	var offline bool
+	fs := newFlags("versions", &c, true)
+	fs.BoolVar(&offline, "offline", false, "do not read the SimpleWebApps' status from the cluster")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	src := c.source()
+
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "CHANNEL\tNEWEST\tVERSIONS\tFROM")
+	for _, ch := range channelNames(src) {
+		listed, from, err := channelVersions(src, ch)
+		newest := "-"
+		if rel, rerr := src.Resolve(ctx, webappv1.SimpleWebAppSpec{Channel: ch}); rerr == nil {
+			newest = rel.Version
+		} else if err == nil {
+			err = rerr
+		}
+		if err != nil {
+			fmt.Fprintf(w, "%s\t-\t%s\t%s\n", ch, oneLine(err.Error()), from)
+			continue
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", ch, newest, strings.Join(listed, ", "), from)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nPACKAGE %s: %s\n", controllers.PackageName, strings.Join(packageVersions(src), ", "))
+	if c.file == "" {
+		return nil
+	}
+
+	var cl client.Client
+	fallback := "default"
+	if !offline {
+		var ns string
+		var err error
+		if cl, ns, err = c.connect(); err != nil {
+			fmt.Fprintf(stderr, "warning: no cluster (%v): answering from the file alone (--offline)\n", oneLine(err.Error()))
+			cl = nil
+		} else {
+			fallback = ns
+		}
+	}
+	apps, err := c.load(os.Stdin, fallback)
+	if err != nil {
+		return err
+	}
+	for _, swa := range apps {
+		fmt.Fprintf(stdout, "\nSimpleWebApp %s/%s:\n", swa.Namespace, swa.Name)
+		var live *webappv1.SimpleWebApp
+		if cl != nil {
+			live = &webappv1.SimpleWebApp{}
+			err := cl.Get(ctx, client.ObjectKeyFromObject(swa), live)
+			switch {
+			case apierrors.IsNotFound(err):
+				live = nil
+				fmt.Fprintln(stdout, "  running:  nothing (not in the cluster)")
+			case err != nil:
+				return fmt.Errorf("reading SimpleWebApp %s/%s: %w", swa.Namespace, swa.Name, err)
+			default:
+				fmt.Fprintf(stdout, "  running:  %s\n", running(live))
+			}
+		}
+		rel, err := src.Resolve(ctx, swa.Spec)
+		if err != nil {
+			fmt.Fprintf(stdout, "  would:    stall: %v\n", err)
+			continue
+		}
+		why := fmt.Sprintf("spec.version pins %s", rel.Version)
+		if rel.Channel != "" {
+			why = fmt.Sprintf("the newest version in channel %q (highest semver wins)", rel.Channel)
+		}
+		target := rel.Version
+		if live != nil {
+			// The status of the live object with the spec of the file: the
+			// reconciler compares a rolled-back version with the generation
+			// it failed for, which changes with the spec.
+			probe := live.DeepCopy()
+			if !specEqual(probe.Spec, swa.Spec) {
+				probe.Generation++
+			}
+			if controllers.HeldBack(probe, rel) {
+				target = live.Status.LastHealthyVersion
+				why += fmt.Sprintf("; but %s was rolled back (%s) and is not retried until the spec or the channel changes, so %s stays",
+					rel.Version, live.Status.FailedUpgrade.Message, target)
+			}
+		}
+		fmt.Fprintf(stdout, "  desired:  %s: %s\n", target, why)
+		switch {
+		case live == nil && cl != nil:
+			fmt.Fprintf(stdout, "  would:    install %s\n", target)
+		case live == nil:
+			fmt.Fprintf(stdout, "  would:    run %s\n", target)
+		case live.Status.Version == target:
+			fmt.Fprintf(stdout, "  would:    stay at %s\n", target)
+		case live.Status.Version == "":
+			fmt.Fprintf(stdout, "  would:    install %s\n", target)
+		default:
+			fmt.Fprintf(stdout, "  would:    move %s -> %s (%s)\n", live.Status.Version, target, direction(live.Status.Version, target))
+		}
+	}
+	return nil
+}
+
+func running(live *webappv1.SimpleWebApp) string {
+	st := live.Status
+	if st.Version == "" {
+		return "nothing applied yet"
+	}
+	s := st.Version
+	if st.Channel != "" {
+		s += fmt.Sprintf(" (from channel %q)", st.Channel)
+	} else {
+		s += " (pinned)"
+	}
+	for _, c := range st.Conditions {
+		if c.Type == webappv1.ConditionReady {
+			s += fmt.Sprintf(", Ready=%s %s", c.Status, c.Reason)
+		}
+	}
+	return s
+}
+
+func direction(from, to string) string {
+	a, errA := semver.Parse(from)
+	b, errB := semver.Parse(to)
+	switch {
+	case errA != nil || errB != nil:
+		return "change"
+	case b.GT(a):
+		return "upgrade; rolled back if not Ready within spec.upgradeTimeout"
+	default:
+		return "downgrade"
+	}
+}
+
+func specEqual(a, b webappv1.SimpleWebAppSpec) bool {
+	ja, _ := yaml.Marshal(a)
+	jb, _ := yaml.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+// channelNames are the channel files of the embedded tree and --channels-dir.
+func channelNames(src controllers.Channels) []string {
+	var names []string
+	for _, fsys := range []fs.FS{src.Dir, src.FS} {
+		if fsys == nil {
+			continue
+		}
+		entries, _ := fs.ReadDir(fsys, ".")
+		for _, e := range entries {
+			if e.IsDir() || strings.HasPrefix(e.Name(), ".") || strings.Contains(e.Name(), ".") {
+				continue // channel names are lowercase letters (the CRD's pattern)
+			}
+			if !slices.Contains(names, e.Name()) {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// channelVersions lists the versions of the package a channel file names,
+// and which tree it comes from (--channels-dir wins, as in the operator).
+func channelVersions(src controllers.Channels, name string) ([]string, string, error) {
+	from := "embedded"
+	raw, err := fs.ReadFile(orEmpty(src.Dir), name)
+	if err == nil {
+		from = "--channels-dir"
+	} else {
+		raw, err = fs.ReadFile(src.FS, name)
+	}
+	if err != nil {
+		return nil, from, err
+	}
+	var ch struct {
+		Manifests []struct {
+			Name    string `json:"name"`
+			Version string `json:"version"`
+		} `json:"manifests"`
+	}
+	if err := yaml.Unmarshal(raw, &ch); err != nil {
+		return nil, from, err
+	}
+	var out []string
+	for _, m := range ch.Manifests {
+		if m.Name == controllers.PackageName {
+			out = append(out, m.Version)
+		}
+	}
+	return out, from, nil
+}
+
+// packageVersions lists the package versions of both trees, oldest first.
+func packageVersions(src controllers.Channels) []string {
+	var out []string
+	for _, fsys := range []fs.FS{src.Dir, src.FS} {
+		if fsys == nil {
+			continue
+		}
+		dir := path.Join("packages", controllers.PackageName)
+		entries, _ := fs.ReadDir(fsys, dir)
+		for _, e := range entries {
+			if _, err := fs.Stat(fsys, path.Join(dir, e.Name(), "kustomization.yaml")); err == nil && !slices.Contains(out, e.Name()) {
+				out = append(out, e.Name())
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		va, errA := semver.Parse(a)
+		vb, errB := semver.Parse(b)
+		if errA != nil || errB != nil {
+			return strings.Compare(a, b)
+		}
+		return va.Compare(vb)
+	})
+	return out
+}
+
+type emptyFS struct{}
+
+func (emptyFS) Open(string) (fs.File, error) { return nil, fs.ErrNotExist }
+
+func orEmpty(f fs.FS) fs.FS {
+	if f == nil {
+		return emptyFS{}
+	}
+	return f
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
