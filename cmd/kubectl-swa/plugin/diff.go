@@ -256,7 +256,7 @@ func (d *differ) show(kind string, before, after *unstructured.Unstructured, not
 	}
 	name := fmt.Sprintf("%s/%s/%s", kind, obj.GetNamespace(), obj.GetName())
 	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: difflib.SplitLines(a), B: difflib.SplitLines(b),
+		A: lines(a), B: lines(b),
 		FromFile: "live/" + name, ToFile: "dry-run/" + name + note, Context: 3,
 	})
 	if err != nil {
@@ -303,4 +303,12 @@ func mergeMaps(dst, src map[string]string) map[string]string {
 		dst[k] = v
 	}
 	return dst
+}
+
+// lines splits s into lines; none for an absent object.
+func lines(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return difflib.SplitLines(s)
 }

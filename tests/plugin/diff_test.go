@@ -1,0 +1,208 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/kit"
+)
+
+const timeout = 30 * time.Second
+
+// deployed creates the SimpleWebApp of file, plays the Deployment
+// controller, and waits until the operator reports it Available: the
+// cluster then holds exactly what the operator writes.
+func deployed(t *testing.T, file string) *webappv1.SimpleWebApp {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := &webappv1.SimpleWebApp{}
+	if err := yaml.UnmarshalStrict(raw, app); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Create(t.Context(), app); err != nil {
+		t.Fatal(err)
+	}
+	kit.WaitFor(t, timeout, "Deployment of "+app.Name, func(ctx context.Context) (bool, string) {
+		err := env.Client.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: app.Name + "-web"}, &appsv1.Deployment{})
+		return err == nil, fmt.Sprint(err)
+	})
+	if err := env.MarkRolledOut(t.Context(), app.Namespace, app.Name+"-web"); err != nil {
+		t.Fatal(err)
+	}
+	kit.WaitFor(t, timeout, app.Name+" Available", func(ctx context.Context) (bool, string) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(app), app); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(app.Status.Conditions, webappv1.ConditionReady)
+		return c != nil && c.Reason == webappv1.ReasonAvailable && c.ObservedGeneration == app.Generation, fmt.Sprintf("%+v", app.Status.Conditions)
+	})
+	return app
+}
+
+// resourceVersions of the SimpleWebApp and every object it owns.
+func resourceVersions(t *testing.T, ns string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	lists := []client.ObjectList{&webappv1.SimpleWebAppList{}, &appsv1.DeploymentList{}, &corev1.ConfigMapList{}, &corev1.ServiceList{}}
+	for _, l := range lists {
+		if err := env.Client.List(t.Context(), l, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		items, _ := meta.ExtractList(l)
+		for _, it := range items {
+			o := it.(client.Object)
+			out[fmt.Sprintf("%T/%s", o, o.GetName())] = o.GetResourceVersion()
+		}
+	}
+	return out
+}
+
+// diff against the cluster: no change is exit 0 with no output; a replicas
+// change, a message change and a channel move are unified diffs with exit 1;
+// a refusal is exit 2 with the reconciler's reason. Nothing is written.
+func TestDiff(t *testing.T) {
+	ns := kit.Namespace(t, env.Client, kit.NS{Prefix: "plugin-", Keep: true})
+	base := "replicas: 2\n  message: hello\n  channel: stable"
+	deployed(t, writeCR(t, ns, "web", base))
+	before := resourceVersions(t, ns)
+
+	t.Run("no change", func(t *testing.T) {
+		code, out, errOut := swaCluster(t, "diff", "-f", writeCR(t, ns, "web", base))
+		if code != 0 || out != "" {
+			t.Errorf("exit %d, stdout:\n%s\nstderr: %s\nwant exit 0 and no diff", code, out, errOut)
+		}
+	})
+
+	t.Run("replicas", func(t *testing.T) {
+		code, out, errOut := swaCluster(t, "diff", "-f", writeCR(t, ns, "web", "replicas: 3\n  message: hello\n  channel: stable"))
+		t.Logf("kubectl swa diff (replicas 2 -> 3), exit %d:\n%s%s", code, errOut, out)
+		if code != 1 {
+			t.Errorf("exit %d, want 1 (changes)", code)
+		}
+		for _, want := range []string{
+			"--- live/Deployment/" + ns + "/web-web\n+++ dry-run/Deployment/" + ns + "/web-web\n",
+			"\n-  replicas: 2\n+  replicas: 3\n",
+			"--- live/SimpleWebApp/" + ns + "/web\n",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("diff lacks %q", want)
+			}
+		}
+		if strings.Contains(out, "ConfigMap") || strings.Contains(out, "/Service/") {
+			t.Errorf("a replicas change shows other objects:\n%s", out)
+		}
+	})
+
+	t.Run("message", func(t *testing.T) {
+		code, out, errOut := swaCluster(t, "diff", "-f", writeCR(t, ns, "web", "replicas: 2\n  message: hello, world\n  channel: stable"))
+		t.Logf("kubectl swa diff (message), exit %d:\n%s%s", code, errOut, out)
+		// A new content ConfigMap (its name hashes the message), the
+		// Deployment mounting it, the old one pruned after the roll-out.
+		if code != 1 || !strings.Contains(out, "+  message: hello, world\n") ||
+			!regexp.MustCompile(`\+\+\+ dry-run/ConfigMap/\S+/web-web-content-\S+ \(pruned once the new objects are rolled out\)`).MatchString(out) ||
+			!strings.Contains(out, "+++ dry-run/Deployment/") {
+			t.Errorf("exit %d; want 1 and the new ConfigMap, the Deployment and the old ConfigMap pruned", code)
+		}
+	})
+
+	t.Run("channel move", func(t *testing.T) {
+		from, to := kit.ChannelVersion(t, "stable"), kit.ChannelVersion(t, "rapid")
+		code, out, errOut := swaCluster(t, "diff", "-f", writeCR(t, ns, "web", "replicas: 2\n  message: hello\n  channel: rapid"))
+		t.Logf("kubectl swa diff (channel stable -> rapid), exit %d:\n%s%s", code, errOut, out)
+		if !strings.Contains(errOut, fmt.Sprintf("version %s (newest in channel \"rapid\")", to)) {
+			t.Errorf("stderr does not name version %s of rapid: %s", to, errOut)
+		}
+		if from != to && (code != 1 || !strings.Contains(out, "+++ dry-run/Deployment/")) {
+			t.Errorf("%s -> %s: exit %d, want 1 and a Deployment diff", from, to, code)
+		}
+	})
+
+	t.Run("refusals", func(t *testing.T) {
+		for reason, spec := range refusals {
+			code, out, errOut := swaCluster(t, "diff", "-f", writeCR(t, ns, "web", spec))
+			if code <= 1 || !strings.Contains(errOut, "refused: "+reason+": ") {
+				t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit > 1 and the refusal", reason, code, out, errOut)
+			}
+			if reason == "PatchNotAllowed" {
+				t.Logf("kubectl swa diff (hostNetwork patch), exit %d:\n%s", code, errOut)
+			}
+		}
+	})
+
+	t.Run("not owned", func(t *testing.T) {
+		// A Service with the name a new SimpleWebApp "taken" would render:
+		// the operator never adopts it, and diff says so.
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken-web"},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}
+		if err := env.Client.Create(t.Context(), svc); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errOut := swaCluster(t, "diff", "-f", writeCR(t, ns, "taken", "replicas: 1"))
+		if code <= 1 || !strings.Contains(errOut, "refused: ObjectNotOwned: Service taken-web exists and is not controlled") {
+			t.Errorf("exit %d, stderr %q; want exit > 1 and ObjectNotOwned", code, errOut)
+		}
+		before["*v1.Service/taken-web"] = ""
+	})
+
+	after := resourceVersions(t, ns)
+	for k, v := range after {
+		if want, ok := before[k]; !ok || (want != "" && want != v) {
+			t.Errorf("%s changed (resourceVersion %q -> %q): diff must not write", k, want, v)
+		}
+	}
+}
+
+// versions lists every channel with its newest version and, for a
+// SimpleWebApp in the cluster, which version it would move to and why.
+func TestVersions(t *testing.T) {
+	code, out, errOut := swa(t, "versions")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, ch := range kit.ChannelNames(t) {
+		if !regexp.MustCompile(`(?m)^` + ch + `\s+` + regexp.QuoteMeta(kit.ChannelVersion(t, ch)) + `\s`).MatchString(out) {
+			t.Errorf("no line for channel %s with newest %s:\n%s", ch, kit.ChannelVersion(t, ch), out)
+		}
+	}
+	if !strings.Contains(out, "PACKAGE simplewebapp: "+strings.Join(kit.Versions(t), ", ")+"\n") {
+		t.Errorf("package versions %v not listed:\n%s", kit.Versions(t), out)
+	}
+
+	ns := kit.Namespace(t, env.Client, kit.NS{Prefix: "plugin-", Keep: true})
+	stable, rapid := kit.ChannelVersion(t, "stable"), kit.ChannelVersion(t, "rapid")
+	deployed(t, writeCR(t, ns, "web", "channel: stable"))
+	code, out, errOut = swaCluster(t, "versions", "-f", writeCR(t, ns, "web", "channel: rapid"))
+	t.Logf("kubectl swa versions -f (channel rapid), exit %d:\n%s%s", code, errOut, out)
+	wants := []string{
+		fmt.Sprintf("  running:  %s (from channel \"stable\"), Ready=True Available\n", stable),
+		fmt.Sprintf("  desired:  %s: the newest version in channel \"rapid\" (highest semver wins)\n", rapid),
+	}
+	if stable != rapid {
+		wants = append(wants, fmt.Sprintf("  would:    move %s -> %s (", stable, rapid))
+	}
+	for _, want := range wants {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("exit %d; output lacks %q", code, want)
+		}
+	}
+	_, out, _ = swaCluster(t, "versions", "-f", writeCR(t, ns, "other", "version: 99.0.0"))
+	if !strings.Contains(out, "  running:  nothing (not in the cluster)\n") || !strings.Contains(out, "stall: VersionNotFound: version 99.0.0") {
+		t.Errorf("an unknown version is not reported as a stall:\n%s", out)
+	}
+}

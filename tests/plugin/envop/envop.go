@@ -1,0 +1,160 @@
+// Package envop starts a real API server (envtest: etcd + kube-apiserver)
+// with the CRD installed and the reconciler running in-process under the
+// generated ClusterRole, as tests/integration does, for the plugin and Argo
+// CD tests. There is no Deployment controller: tests mark roll-outs done.
+package envop
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/controllers"
+	"example.com/simplewebapp-operator/tests/cluster"
+)
+
+// Env is a running API server with the operator.
+type Env struct {
+	// Client is an admin client, uncached.
+	Client client.Client
+	// Kubeconfig is an admin kubeconfig file for the API server.
+	Kubeconfig string
+	stop       func()
+}
+
+// Start starts the API server and the operator with channels. Stop it with
+// Env.Stop.
+func Start(channels controllers.Channels) (_ *Env, err error) {
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = webappv1.AddToScheme(scheme)
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	env, err := cluster.EnvtestEnvironment(filepath.Join(root, "config", "crd", "bases"))
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting envtest: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	dir, _ := os.MkdirTemp("", "swa-envop-")
+	e := &Env{stop: func() {
+		cancel()
+		_ = env.Stop()
+		_ = os.RemoveAll(dir)
+	}}
+	defer func() {
+		if err != nil {
+			e.stop()
+		}
+	}()
+	if e.Client, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		return nil, err
+	}
+	e.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := writeKubeconfig(cfg, e.Kubeconfig); err != nil {
+		return nil, err
+	}
+	opCfg, err := operatorIdentity(ctx, e.Client, cfg, root)
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := ctrl.NewManager(opCfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, Cache: controllers.CacheOptions()})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := controllers.Setup(mgr, controllers.Options{Channels: channels, ChannelsPollInterval: 100 * time.Millisecond}); err != nil {
+		return nil, err
+	}
+	go func() {
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+			os.Exit(1)
+		}
+	}()
+	return e, nil
+}
+
+// Stop stops the operator and the API server.
+func (e *Env) Stop() { e.stop() }
+
+// MarkRolledOut plays the Deployment controller: every desired pod of the
+// Deployment's current generation updated and available.
+func (e *Env) MarkRolledOut(ctx context.Context, ns, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d := &appsv1.Deployment{}
+		if err := e.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, d); err != nil {
+			return err
+		}
+		n := int32(1)
+		if d.Spec.Replicas != nil {
+			n = *d.Spec.Replicas
+		}
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
+		return e.Client.Status().Update(ctx, d)
+	})
+}
+
+func writeKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
+	kc.CurrentContext = "envtest"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// operatorIdentity binds the generated ClusterRole to a ServiceAccount and
+// returns cfg impersonating it: a verb the RBAC markers miss fails here as
+// in a real install.
+func operatorIdentity(ctx context.Context, c client.Client, cfg *rest.Config, root string) (*rest.Config, error) {
+	const ns, sa = "simplewebapp-system", "controller-manager"
+	raw, err := os.ReadFile(filepath.Join(root, "config/rbac/role.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	role := &rbacv1.ClusterRole{}
+	if err := yaml.UnmarshalStrict(raw, role); err != nil {
+		return nil, err
+	}
+	for _, obj := range []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}},
+		role,
+		&rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "simplewebapp-manager"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}},
+		},
+	} {
+		if err := c.Create(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	out := rest.CopyConfig(cfg)
+	out.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
+	return out, nil
+}
