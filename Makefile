@@ -36,8 +36,9 @@ vet: ## go vet the code.
 	go vet ./...
 
 .PHONY: build
-build: ## Build the operator binary (the same go build the Dockerfile runs).
+build: ## Build the operator binary (the same go build the Dockerfile runs) and the kubectl swa plugin.
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN) .
+	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/kubectl-swa ./cmd/kubectl-swa
 
 .PHONY: tools
 tools: ## Build (or reuse from the cache) the local control plane binaries.
