@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -254,6 +255,9 @@ func (d *differ) show(kind string, before, after *unstructured.Unstructured, not
 	if obj == nil {
 		obj = before
 	}
+	if before == nil {
+		note = " (created)"
+	}
 	name := fmt.Sprintf("%s/%s/%s", kind, obj.GetNamespace(), obj.GetName())
 	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
 		A: lines(a), B: lines(b),
@@ -310,5 +314,9 @@ func lines(s string) []string {
 	if s == "" {
 		return nil
 	}
-	return difflib.SplitLines(s)
+	out := strings.SplitAfter(s, "\n")
+	if out[len(out)-1] == "" {
+		out = out[:len(out)-1]
+	}
+	return out
 }
