@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -145,6 +146,19 @@ func TestDiff(t *testing.T) {
 		}
 	})
 
+	t.Run("new SimpleWebApp", func(t *testing.T) {
+		code, out, errOut := swaCluster(t, "diff", "-f", writeCR(t, ns, "fresh", "replicas: 1"))
+		for _, want := range []string{
+			"+++ dry-run/SimpleWebApp/" + ns + "/fresh (created)\n",
+			"+++ dry-run/Deployment/" + ns + "/fresh-web (created)\n",
+			"+++ dry-run/Service/" + ns + "/fresh-web (created)\n",
+		} {
+			if code != 1 || !strings.Contains(out, want) {
+				t.Errorf("exit %d (want 1), stderr %q; output lacks %q", code, errOut, want)
+			}
+		}
+	})
+
 	t.Run("not owned", func(t *testing.T) {
 		// A Service with the name a new SimpleWebApp "taken" would render:
 		// the operator never adopts it, and diff says so.
@@ -191,7 +205,7 @@ func TestVersions(t *testing.T) {
 	t.Logf("kubectl swa versions -f (channel rapid), exit %d:\n%s%s", code, errOut, out)
 	wants := []string{
 		fmt.Sprintf("  running:  %s (from channel \"stable\"), Ready=True Available\n", stable),
-		fmt.Sprintf("  desired:  %s: the newest version in channel \"rapid\" (highest semver wins)\n", rapid),
+		fmt.Sprintf("  desired:  %s: newest in channel \"rapid\"\n", rapid),
 	}
 	if stable != rapid {
 		wants = append(wants, fmt.Sprintf("  would:    move %s -> %s (", stable, rapid))
@@ -204,5 +218,67 @@ func TestVersions(t *testing.T) {
 	_, out, _ = swaCluster(t, "versions", "-f", writeCR(t, ns, "other", "version: 99.0.0"))
 	if !strings.Contains(out, "  running:  nothing (not in the cluster)\n") || !strings.Contains(out, "stall: VersionNotFound: version 99.0.0") {
 		t.Errorf("an unknown version is not reported as a stall:\n%s", out)
+	}
+}
+
+// After a rollback the reconciler holds the failed version back for the same
+// spec; diff and versions pick the version it would, and say why.
+func TestHeldBackAfterRollback(t *testing.T) {
+	ns := kit.Namespace(t, env.Client, kit.NS{Prefix: "plugin-", Keep: true})
+	stable, rapid := kit.ChannelVersion(t, "stable"), kit.ChannelVersion(t, "rapid")
+	if stable == rapid {
+		t.Fatalf("needs two versions: stable and rapid are both %s", stable)
+	}
+	deployed(t, writeCR(t, ns, "held", "version: "+stable+"\n  upgradeTimeout: 5s"))
+	upgrade := writeCR(t, ns, "held", "version: "+rapid+"\n  upgradeTimeout: 5s")
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		app := &webappv1.SimpleWebApp{}
+		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "held"}, app); err != nil {
+			return err
+		}
+		app.Spec.Version = rapid
+		return env.Client.Update(t.Context(), app)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := &webappv1.SimpleWebApp{}
+	kit.WaitFor(t, timeout, "rolled back to "+stable, func(ctx context.Context) (bool, string) {
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held"}, app); err != nil {
+			return false, err.Error()
+		}
+		c := meta.FindStatusCondition(app.Status.Conditions, webappv1.ConditionStalled)
+		return c != nil && c.Reason == webappv1.ReasonRolledBack && c.ObservedGeneration == app.Generation, fmt.Sprintf("%+v", app.Status.Conditions)
+	})
+	// The old version rolls out again; what only the new one had is pruned.
+	if err := env.MarkRolledOut(t.Context(), ns, "held-web"); err != nil {
+		t.Fatal(err)
+	}
+	kit.WaitFor(t, timeout, "inventory of "+stable+" only", func(ctx context.Context) (bool, string) {
+		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held"}, app); err != nil {
+			return false, err.Error()
+		}
+		for _, ref := range app.Status.Inventory {
+			if ref.Kind == "PodDisruptionBudget" {
+				return false, fmt.Sprint(app.Status.Inventory)
+			}
+		}
+		return true, ""
+	})
+
+	code, out, errOut := swaCluster(t, "diff", "-f", upgrade)
+	wantWhy := fmt.Sprintf("version %s (pinned by spec.version, but %s was rolled back (", stable, rapid)
+	if code != 0 || out != "" || !strings.Contains(errOut, wantWhy) {
+		t.Errorf("diff of the rolled-back spec: exit %d (want 0), stdout %q, stderr %q (want %q)", code, out, errOut, wantWhy)
+	}
+	code, out, _ = swaCluster(t, "versions", "-f", upgrade)
+	t.Logf("kubectl swa versions -f (after a rollback), exit %d:\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "  would:    stay at "+stable+"\n") || !strings.Contains(out, "was rolled back") {
+		t.Errorf("versions does not say %s stays after the rollback of %s", stable, rapid)
+	}
+	// A new spec is a new generation: the held-back version is tried again.
+	code, _, errOut = swaCluster(t, "diff", "-f", writeCR(t, ns, "held", "version: "+rapid+"\n  upgradeTimeout: 6s"))
+	if code != 1 || !strings.Contains(errOut, "version "+rapid+" (pinned by spec.version)") {
+		t.Errorf("a new spec: exit %d, stderr %q; want %s tried again", code, errOut, rapid)
 	}
 }

@@ -1,13 +1,19 @@
 package plugin
 
 import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/controllers"
 )
 
 // connect returns a client for the kubeconfig's cluster and the namespace of
@@ -46,4 +52,59 @@ func (c *common) connectDynamic() (client.Client, dynamic.Interface, string, err
 	}
 	dyn, err := dynamic.NewForConfig(cfg)
 	return cl, dyn, ns, err
+}
+
+// dryRunSimpleWebApp returns the live SimpleWebApp of file (nil if none) and
+// what the API server would store if file's spec were applied: defaults,
+// validation and the next generation, with the live status, which decides
+// the version the reconciler picks. Nothing is written.
+func dryRunSimpleWebApp(ctx context.Context, cl client.Client, file *webappv1.SimpleWebApp) (live, next *webappv1.SimpleWebApp, err error) {
+	live = &webappv1.SimpleWebApp{}
+	err = cl.Get(ctx, client.ObjectKeyFromObject(file), live)
+	switch {
+	case apierrors.IsNotFound(err):
+		live = nil
+		next = file.DeepCopy()
+		err = cl.Create(ctx, next, client.DryRunAll)
+	case err != nil:
+		return nil, nil, err
+	default:
+		next = live.DeepCopy()
+		next.Spec = file.Spec
+		next.Labels = mergeMaps(next.Labels, file.Labels)
+		next.Annotations = mergeMaps(next.Annotations, file.Annotations)
+		err = cl.Update(ctx, next, client.DryRunAll)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("the API server refuses the SimpleWebApp: %w", err)
+	}
+	if next.UID == "" {
+		// Not created yet: the owner references of the children need one.
+		next.UID = types.UID("00000000-0000-0000-0000-000000000000")
+	}
+	return live, next, nil
+}
+
+// targetRelease is the version the reconciler applies for swa (its spec and
+// status), and why: resolved from the channels, or the last healthy version
+// when the resolved one was rolled back for this generation and channel.
+func targetRelease(ctx context.Context, src controllers.Channels, swa *webappv1.SimpleWebApp) (controllers.Release, string, error) {
+	rel, err := src.Resolve(ctx, swa.Spec)
+	if err != nil {
+		return rel, "", err
+	}
+	why := "pinned by spec.version"
+	if rel.Channel != "" {
+		why = fmt.Sprintf("newest in channel %q", rel.Channel)
+	}
+	if !controllers.HeldBack(swa, rel) {
+		return rel, why, nil
+	}
+	back, err := src.Resolve(ctx, webappv1.SimpleWebAppSpec{Version: swa.Status.LastHealthyVersion})
+	if err != nil {
+		return back, "", err
+	}
+	back.Channel, back.ChannelRevision = rel.Channel, rel.ChannelRevision
+	fu := swa.Status.FailedUpgrade
+	return back, fmt.Sprintf("%s, but %s was rolled back (%s) and is held back until the spec or the channel changes", why, rel.Version, fu.Message), nil
 }

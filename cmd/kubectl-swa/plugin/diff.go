@@ -68,31 +68,9 @@ type differ struct {
 
 // one diffs one SimpleWebApp and reports whether anything would change.
 func (d *differ) one(ctx context.Context, file *webappv1.SimpleWebApp) (bool, error) {
-	// The SimpleWebApp as the API server would store it (defaults,
-	// validation, generation) and its status, which decides the version.
-	live := &webappv1.SimpleWebApp{}
-	err := d.cl.Get(ctx, client.ObjectKeyFromObject(file), live)
-	var next *webappv1.SimpleWebApp
-	switch {
-	case apierrors.IsNotFound(err):
-		live = nil
-		next = file.DeepCopy()
-		err = d.cl.Create(ctx, next, client.DryRunAll)
-	case err != nil:
-		return false, err
-	default:
-		next = live.DeepCopy()
-		next.Spec = file.Spec
-		next.Labels = mergeMaps(next.Labels, file.Labels)
-		next.Annotations = mergeMaps(next.Annotations, file.Annotations)
-		err = d.cl.Update(ctx, next, client.DryRunAll)
-	}
+	live, next, err := dryRunSimpleWebApp(ctx, d.cl, file)
 	if err != nil {
-		return false, fmt.Errorf("the API server refuses the SimpleWebApp: %w", err)
-	}
-	if next.UID == "" {
-		// Not created yet: the owner references of the children need one.
-		next.UID = types.UID("00000000-0000-0000-0000-000000000000")
+		return false, err
 	}
 	var liveObj, nextObj *unstructured.Unstructured
 	if live != nil {
@@ -112,22 +90,9 @@ func (d *differ) one(ctx context.Context, file *webappv1.SimpleWebApp) (bool, er
 		return changed, nil
 	}
 
-	rel, err := d.src.Resolve(ctx, next.Spec)
+	rel, why, err := targetRelease(ctx, d.src, next)
 	if err != nil {
 		return changed, err
-	}
-	why := "pinned by spec.version"
-	if rel.Channel != "" {
-		why = fmt.Sprintf("newest in channel %q", rel.Channel)
-	}
-	if controllers.HeldBack(next, rel) {
-		failed := rel.Version
-		back, err := d.src.Resolve(ctx, webappv1.SimpleWebAppSpec{Version: next.Status.LastHealthyVersion})
-		if err != nil {
-			return changed, err
-		}
-		back.Channel, back.ChannelRevision = rel.Channel, rel.ChannelRevision
-		rel, why = back, fmt.Sprintf("%s was rolled back and is held back until the spec or the channel changes", failed)
 	}
 	fmt.Fprintf(d.log, "SimpleWebApp %s/%s: version %s (%s)\n", next.Namespace, next.Name, rel.Version, why)
 	rendered, err := controllers.Render(rel, next)

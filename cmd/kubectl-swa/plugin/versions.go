@@ -12,7 +12,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/blang/semver/v4"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -75,56 +74,38 @@ func versions(args []string, stdout, stderr io.Writer) error {
 	}
 	for _, swa := range apps {
 		fmt.Fprintf(stdout, "\nSimpleWebApp %s/%s:\n", swa.Namespace, swa.Name)
+		// The reconciler decides from the stored object: the spec of the
+		// file as the API server would store it, and the live status.
 		var live *webappv1.SimpleWebApp
+		target := swa
 		if cl != nil {
-			live = &webappv1.SimpleWebApp{}
-			err := cl.Get(ctx, client.ObjectKeyFromObject(swa), live)
-			switch {
-			case apierrors.IsNotFound(err):
-				live = nil
+			var err error
+			if live, target, err = dryRunSimpleWebApp(ctx, cl, swa); err != nil {
+				return fmt.Errorf("SimpleWebApp %s/%s: %w", swa.Namespace, swa.Name, err)
+			}
+			if live == nil {
 				fmt.Fprintln(stdout, "  running:  nothing (not in the cluster)")
-			case err != nil:
-				return fmt.Errorf("reading SimpleWebApp %s/%s: %w", swa.Namespace, swa.Name, err)
-			default:
+			} else {
 				fmt.Fprintf(stdout, "  running:  %s\n", running(live))
 			}
 		}
-		rel, err := src.Resolve(ctx, swa.Spec)
+		rel, why, err := targetRelease(ctx, src, target)
 		if err != nil {
 			fmt.Fprintf(stdout, "  would:    stall: %v\n", err)
 			continue
 		}
-		why := fmt.Sprintf("spec.version pins %s", rel.Version)
-		if rel.Channel != "" {
-			why = fmt.Sprintf("the newest version in channel %q (highest semver wins)", rel.Channel)
-		}
-		target := rel.Version
-		if live != nil {
-			// The status of the live object with the spec of the file: the
-			// reconciler compares a rolled-back version with the generation
-			// it failed for, which changes with the spec.
-			probe := live.DeepCopy()
-			if !specEqual(probe.Spec, swa.Spec) {
-				probe.Generation++
-			}
-			if controllers.HeldBack(probe, rel) {
-				target = live.Status.LastHealthyVersion
-				why += fmt.Sprintf("; but %s was rolled back (%s) and is not retried until the spec or the channel changes, so %s stays",
-					rel.Version, live.Status.FailedUpgrade.Message, target)
-			}
-		}
-		fmt.Fprintf(stdout, "  desired:  %s: %s\n", target, why)
+		fmt.Fprintf(stdout, "  desired:  %s: %s\n", rel.Version, why)
 		switch {
 		case live == nil && cl != nil:
-			fmt.Fprintf(stdout, "  would:    install %s\n", target)
+			fmt.Fprintf(stdout, "  would:    install %s\n", rel.Version)
 		case live == nil:
-			fmt.Fprintf(stdout, "  would:    run %s\n", target)
-		case live.Status.Version == target:
-			fmt.Fprintf(stdout, "  would:    stay at %s\n", target)
+			fmt.Fprintf(stdout, "  would:    run %s\n", rel.Version)
+		case live.Status.Version == rel.Version:
+			fmt.Fprintf(stdout, "  would:    stay at %s\n", rel.Version)
 		case live.Status.Version == "":
-			fmt.Fprintf(stdout, "  would:    install %s\n", target)
+			fmt.Fprintf(stdout, "  would:    install %s\n", rel.Version)
 		default:
-			fmt.Fprintf(stdout, "  would:    move %s -> %s (%s)\n", live.Status.Version, target, direction(live.Status.Version, target))
+			fmt.Fprintf(stdout, "  would:    move %s -> %s (%s)\n", live.Status.Version, rel.Version, direction(live.Status.Version, rel.Version))
 		}
 	}
 	return nil
@@ -160,12 +141,6 @@ func direction(from, to string) string {
 	default:
 		return "downgrade"
 	}
-}
-
-func specEqual(a, b webappv1.SimpleWebAppSpec) bool {
-	ja, _ := yaml.Marshal(a)
-	jb, _ := yaml.Marshal(b)
-	return string(ja) == string(jb)
 }
 
 // channelNames are the channel files of the embedded tree and --channels-dir.
