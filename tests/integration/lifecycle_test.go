@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"k8s.io/client-go/util/retry"
 	"testing"
 	"time"
 
@@ -161,9 +162,15 @@ func TestScaleAndMessageChange(t *testing.T) {
 
 	// Prune after health: the old message's ConfigMap, which old pods still
 	// mount, stays while the roll-out is under way...
-	half := rolled.DeepCopy()
-	half.Status = appsv1.DeploymentStatus{ObservedGeneration: rolled.Generation, Replicas: 7, UpdatedReplicas: 2, ReadyReplicas: 5, AvailableReplicas: 5}
-	if err := k8s.Status().Update(context.Background(), half); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		half := &appsv1.Deployment{}
+		if err := get(t, ns, rolled.Name, half); err != nil {
+			return err
+		}
+		half.Status = appsv1.DeploymentStatus{ObservedGeneration: half.Generation, Replicas: 7, UpdatedReplicas: 2, ReadyReplicas: 5, AvailableReplicas: 5}
+		return k8s.Status().Update(context.Background(), half)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	kit.HoldsFor(t, 2*time.Second, "old content ConfigMap kept during the roll-out", func(context.Context) (bool, string) {

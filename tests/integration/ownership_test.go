@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"k8s.io/client-go/util/retry"
 	"strings"
 	"testing"
 	"time"
@@ -91,11 +92,16 @@ func TestHandAddedFieldsAreRemoved(t *testing.T) {
 	// The way `kubectl edit` writes: an update with its own field manager.
 	edit := func(obj client.Object, change func()) {
 		t.Helper()
-		if err := get(t, ns, obj.GetName(), obj); err != nil {
-			t.Fatal(err)
-		}
-		change()
-		if err := k8s.Update(context.Background(), obj, client.FieldOwner("kubectl-edit")); err != nil {
+		// The operator may write the object between our read and our write;
+		// like kubectl edit, read again and retry on a conflict.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := get(t, ns, obj.GetName(), obj); err != nil {
+				return err
+			}
+			change()
+			return k8s.Update(context.Background(), obj, client.FieldOwner("kubectl-edit"))
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 	}

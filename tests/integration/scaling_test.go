@@ -3,11 +3,13 @@ package integration
 import (
 	"context"
 	"fmt"
+	"k8s.io/client-go/util/retry"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/tests/kit"
@@ -28,10 +30,7 @@ func TestScaleSubresource(t *testing.T) {
 	if scale.Spec.Replicas != 2 || scale.Status.Replicas != 2 || scale.Status.Selector == "" {
 		t.Fatalf("scale of the SimpleWebApp: %+v", scale)
 	}
-	scale.Spec.Replicas = 4
-	if err := k8s.SubResource("scale").Update(context.Background(), swa, subresourceBody(scale)); err != nil {
-		t.Fatal(err)
-	}
+	updateScale(t, swa, 4)
 	deployment(t, ns, "scaled", "Deployment scaled to 4 through the SimpleWebApp's /scale", func(d *appsv1.Deployment) (bool, string) {
 		return *d.Spec.Replicas == 4, fmt.Sprint(*d.Spec.Replicas)
 	})
@@ -85,12 +84,22 @@ func TestAutoscalerOwnsReplicas(t *testing.T) {
 
 func scaleDeployment(t *testing.T, d *appsv1.Deployment, n int32) {
 	t.Helper()
-	scale := &autoscalingv1.Scale{}
-	if err := k8s.SubResource("scale").Get(context.Background(), d, scale); err != nil {
-		t.Fatal(err)
-	}
-	scale.Spec.Replicas = n
-	if err := k8s.SubResource("scale").Update(context.Background(), d, subresourceBody(scale)); err != nil {
+	updateScale(t, d, n)
+}
+
+// updateScale sets replicas through obj's /scale as an HPA does: read, set,
+// write, and read again on a conflict (the operator writes the same objects).
+func updateScale(t *testing.T, obj client.Object, n int32) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale := &autoscalingv1.Scale{}
+		if err := k8s.SubResource("scale").Get(context.Background(), obj, scale); err != nil {
+			return err
+		}
+		scale.Spec.Replicas = n
+		return k8s.SubResource("scale").Update(context.Background(), obj, subresourceBody(scale))
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }
