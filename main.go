@@ -52,6 +52,7 @@ func main() {
 		stuckAfter    time.Duration
 		upgrades      int
 		shard         string
+		watchNS       string
 	)
 	// Our own flag set: imported packages (kdp's loaders) register global flags
 	// this operator does not use. controller-runtime's --kubeconfig is kept.
@@ -77,6 +78,7 @@ func main() {
 	flags.DurationVar(&statusDelay, "status-batch-delay", 500*time.Millisecond, "How long a Deployment's status changes are collected before the SimpleWebApp's status is written once for them.")
 	flags.IntVar(&upgrades, "max-concurrent-upgrades", 20, "SimpleWebApps rolling out a new version at once, when a channel moves; the others keep their running version until a slot frees up. 0: unbounded.")
 	flags.StringVar(&shard, "watch-label-selector", "", "Reconcile only the SimpleWebApps this label selector matches, e.g. sharding.simplewebapp.example.com/key=shard1 (one operator Deployment per shard) or 'sharding.simplewebapp.example.com/key notin (shard1,shard2)' for the rest.")
+	flags.StringVar(&watchNS, "watch-namespaces", "", "Comma-separated namespaces whose SimpleWebApps are reconciled (cache and watches only there), so the operator needs rights only there (Roles, see config/namespaced). Empty: every namespace.")
 	flags.DurationVar(&stuckAfter, "stuck-reconcile-timeout", 5*time.Minute, "/healthz fails (and the liveness probe restarts the operator) while a reconcile has run for longer than this.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flags)
@@ -97,6 +99,13 @@ func main() {
 		setupLog.Error(err, "invalid --watch-label-selector")
 		os.Exit(1)
 	}
+
+	namespaces, err := controllers.ParseNamespaces(watchNS)
+	if err != nil {
+		setupLog.Error(err, "invalid --watch-namespaces")
+		os.Exit(1)
+	}
+	setupLog.Info("watching", "namespaces", namespaces, "clusterWide", len(namespaces) == 0)
 
 	scheme := runtime.NewScheme()
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
@@ -129,7 +138,7 @@ func main() {
 		RetryPeriod:             &retryPeriod,
 		// The process exits right after losing or releasing leadership.
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         controllers.WithShard(controllers.CacheOptions(), shardSelector),
+		Cache:                         controllers.WithNamespaces(controllers.WithShard(controllers.CacheOptions(), shardSelector), namespaces),
 	})
 	if err != nil {
 		setupLog.Error(err, "unable to create manager")

@@ -1,9 +1,13 @@
 package controllers
 
 import (
+	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -62,6 +66,43 @@ func WithShard(opts cache.Options, selector labels.Selector) cache.Options {
 		opts.ByObject = map[client.Object]cache.ByObject{}
 	}
 	opts.ByObject[&webappv1.SimpleWebApp{}] = cache.ByObject{Label: selector}
+	return opts
+}
+
+// ParseNamespaces reads --watch-namespaces: a comma-separated list of
+// namespace names, blanks ignored, sorted and without duplicates. Empty means
+// every namespace (cluster-wide).
+func ParseNamespaces(list string) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for _, ns := range strings.Split(list, ",") {
+		ns = strings.TrimSpace(ns)
+		if ns == "" || seen[ns] {
+			continue
+		}
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return nil, fmt.Errorf("namespace %q: %s", ns, strings.Join(errs, "; "))
+		}
+		seen[ns] = true
+		out = append(out, ns)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// WithNamespaces limits opts to namespaces (--watch-namespaces): the cache
+// lists and watches SimpleWebApps and their children only there, so the
+// operator needs rights only there (Roles instead of a ClusterRole), and a
+// SimpleWebApp elsewhere is never seen. Empty keeps the cluster-wide cache.
+// Reads that bypass the cache (the CRD check at start) are unaffected.
+func WithNamespaces(opts cache.Options, namespaces []string) cache.Options {
+	if len(namespaces) == 0 {
+		return opts
+	}
+	opts.DefaultNamespaces = map[string]cache.Config{}
+	for _, ns := range namespaces {
+		opts.DefaultNamespaces[ns] = cache.Config{}
+	}
 	return opts
 }
 
