@@ -125,3 +125,25 @@ helm-template: tools ## Render the Helm chart (release HELM_RELEASE, namespace H
 helm-sync: ## Copy the generated CRD and ClusterRole (make manifests) into the Helm chart; tests/install checks they match.
 	cp config/crd/bases/example.com_simplewebapps.yaml $(HELM_CHART)/crds/
 	cp config/rbac/role.yaml $(HELM_CHART)/files/manager-role.yaml
+
+##@ Helm chart and namespace mode
+
+# make helm-sync (run by make manifests) also derives the RBAC of namespace
+# mode (config/namespaced) from config/rbac/role.yaml, and copies it and the
+# monitoring sources (config/prometheus) into the chart.
+helm-sync: helm-sync-more
+
+.PHONY: helm-sync-more
+helm-sync-more:
+	go run ./hack/rbacsplit config/rbac/role.yaml config/namespaced
+	cp config/namespaced/namespace-rbac/role.yaml $(HELM_CHART)/files/manager-namespaced-role.yaml
+	cp config/namespaced/cluster-rbac/cluster_role.yaml $(HELM_CHART)/files/manager-cluster-role.yaml
+	cp config/prometheus/prometheusrule.yaml config/prometheus/dashboard.json $(HELM_CHART)/files/
+
+.PHONY: helm-docs
+helm-docs: ## Regenerate the chart's README.md values table from the comments in values.yaml (tests/helm checks it is current).
+	go run ./hack/helmdocs $(HELM_CHART)
+
+.PHONY: helm-lint
+helm-lint: tools ## helm lint --strict the chart.
+	$(HELM) lint --strict $(HELM_CHART)

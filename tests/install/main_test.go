@@ -141,10 +141,11 @@ func kubectl(t *testing.T, c *cluster.Cluster, stdin []byte, args ...string) (st
 	return stdout.String(), stderr.String(), err
 }
 
-// helmTemplate renders the chart with the built helm CLI, CRDs included.
+// helmTemplate renders the chart with the built helm CLI, CRDs included,
+// without the `helm test` hook (tests/helm covers it).
 func helmTemplate(t *testing.T, release, ns string, args ...string) []byte {
 	t.Helper()
-	full := append([]string{"template", release, filepath.Join(repoRoot, chartDir), "--namespace", ns, "--include-crds"}, args...)
+	full := append([]string{"template", release, filepath.Join(repoRoot, chartDir), "--namespace", ns, "--include-crds", "--skip-tests"}, args...)
 	return []byte(helm(t, full...))
 }
 

@@ -24,8 +24,11 @@ var kustomize = install.Kustomize
 
 // wantDefault is everything config/default installs.
 var wantDefault = []string{
+	"ClusterRole//simplewebapp-admin",
+	"ClusterRole//simplewebapp-editor",
 	"ClusterRole//simplewebapp-manager-role",
 	"ClusterRole//simplewebapp-metrics-reader",
+	"ClusterRole//simplewebapp-viewer",
 	"ClusterRoleBinding//simplewebapp-manager-rolebinding",
 	"CustomResourceDefinition//simplewebapps.example.com",
 	"Deployment/simplewebapp-system/simplewebapp-controller-manager",
@@ -329,7 +332,10 @@ func TestHelmValues(t *testing.T) {
 		"--set", "extraArgs[0]=--zap-log-level=debug",
 	))
 	want := []string{
+		"ClusterRole//swa-admin",
+		"ClusterRole//swa-editor",
 		"ClusterRole//swa-manager-role",
+		"ClusterRole//swa-viewer",
 		"ClusterRoleBinding//swa-manager-rolebinding",
 		"CustomResourceDefinition//simplewebapps.example.com",
 		"Deployment/operators/swa-controller-manager",

@@ -38,6 +38,9 @@ type Options struct {
 	Name string
 	// ExtraKwokStages are passed to the cluster (cluster.Options).
 	ExtraKwokStages []string
+	// NoCRD leaves the CRD out, for tests that install it the way a user
+	// does (helm install, kubectl apply of an install render).
+	NoCRD bool
 }
 
 // Env is a full local cluster with the CRD installed, admin clients, the
@@ -56,7 +59,7 @@ type Env struct {
 }
 
 // Setup starts a full cluster, building the operator meanwhile, and installs
-// the CRD (config/crd/bases). Everything it starts is stopped, and its
+// the CRD (config/crd/bases) unless opts.NoCRD. Everything it starts is stopped, and its
 // directory removed, by the functions it passes to cleanup, also when it
 // fails. It must run after flag.Parse (it asks testing.Verbose).
 func Setup(ctx context.Context, opts Options, cleanup func(func())) (*Env, error) {
@@ -134,6 +137,9 @@ func Setup(ctx context.Context, opts Options, cleanup func(func())) (*Env, error
 		return nil, err
 	}
 
+	if opts.NoCRD {
+		return e, nil
+	}
 	t0 = time.Now()
 	if _, err := e.Kubectl.Admin("apply", "--server-side", "-f", filepath.Join(e.Root, "config/crd/bases/")); err != nil {
 		return nil, err

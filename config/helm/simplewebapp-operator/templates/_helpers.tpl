@@ -31,3 +31,21 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{ .Values.image.repository }}:{{ required "image.tag or image.digest is required" .Values.image.tag }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The volume source of the channels (--channels-dir): channels.volume, else a
+configMap from channels.configMap; empty when neither is set.
+*/}}
+{{- define "swa.channelsVolume" -}}
+{{- if and .Values.channels.volume .Values.channels.configMap -}}
+{{- fail "set channels.configMap or channels.volume, not both" -}}
+{{- end -}}
+{{- with .Values.channels.volume -}}
+{{ toYaml . }}
+{{- else -}}
+{{- with .Values.channels.configMap -}}
+configMap:
+  {{- toYaml . | nindent 2 }}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,114 @@
+package helm_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/kit"
+)
+
+// TestInstallAndHelmTest on the full local cluster: a bad value makes
+// `helm install` fail with nothing installed; then `helm install` installs
+// the CRD and the operator into a namespace enforcing the restricted Pod
+// Security Standard (--wait: the Deployment's pods are admitted and
+// Ready); the operator, run with the installed ServiceAccount's token and
+// the Deployment's args, makes a SimpleWebApp Ready; `helm test` passes;
+// and once the operator has no Ready pod, `helm test` fails.
+func TestInstallAndHelmTest(t *testing.T) {
+	e := clusterEnv(t)
+	ctx := t.Context()
+	const release = "swa"
+	ns := kit.Namespace(t, e.C, kit.NS{Name: "swa-helm", PodSecurity: "restricted", WaitForServiceAccount: true, Keep: true})
+	apps := kit.Namespace(t, e.C, kit.NS{Name: "apps", WaitForServiceAccount: true, Keep: true})
+	kc := e.Cluster.Kubeconfig
+
+	_, _, err := runHelm(t, kc, "install", release, chartDir, "-n", ns, "--set", "replicaCount=two")
+	if err == nil || !strings.Contains(err.Error(), "values don't meet the specifications of the schema") {
+		t.Fatalf("helm install with replicaCount=two: %v, want the schema's rejection", err)
+	}
+	if out, _, err := runHelm(t, kc, "list", "-n", ns, "-a", "-q"); err != nil || strings.TrimSpace(out) != "" {
+		t.Fatalf("after the rejected install: releases %q (%v), want none", out, err)
+	}
+	if _, err := e.Kubectl.Admin("get", "crd", "simplewebapps.example.com"); err == nil {
+		t.Fatal("the rejected install created the CRD")
+	}
+
+	t0 := time.Now()
+	out, _, err := runHelm(t, kc, "install", release, chartDir, "-n", ns, "--wait", "--timeout=3m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE helm install --wait: %s", time.Since(t0).Round(time.Millisecond))
+	if !strings.Contains(out, "helm test "+release+" -n "+ns) || strings.Contains(out, "config/") {
+		t.Errorf("NOTES: want a `helm test` line and no repository path:\n%s", out)
+	}
+	if _, err := e.Kubectl.Admin("wait", "--for=condition=Established", "crd/simplewebapps.example.com", "--timeout=60s"); err != nil {
+		t.Fatal(err)
+	}
+
+	op, err := e.StartInstalled(ctx, ns, release+"-controller-manager")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(op.Kill)
+	opDiag := kit.Diag(func() string { return "--- operator log ---\n" + op.LogTail(30) })
+	if err := op.WaitReady(ctx, 60*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, op.LogTail(30))
+	}
+	t.Logf("operator args: %q", op.Args())
+	swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: "my-webapp", Namespace: apps},
+		Spec: webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](2), Message: "installed with Helm"}}
+	if err := e.C.Create(ctx, swa); err != nil {
+		t.Fatal(err)
+	}
+	kit.WaitFor(t, 2*time.Minute, "SimpleWebApp apps/my-webapp Ready under the Helm-installed identity", func(ctx context.Context) (bool, string) {
+		if err := e.C.Get(ctx, client.ObjectKeyFromObject(swa), swa); err != nil {
+			return false, err.Error()
+		}
+		return apimeta.IsStatusConditionTrue(swa.Status.Conditions, "Ready"), fmt.Sprintf("%+v", swa.Status.Conditions)
+	}, opDiag, kit.Every(200*time.Millisecond))
+
+	kubelet := startTestKubelet(t, e, ns)
+	t0 = time.Now()
+	if out, _, err := runHelm(t, kc, "test", release, "-n", ns, "--timeout=3m"); err != nil {
+		runs, errs := kubelet.Runs()
+		t.Fatalf("helm test: %v\nruns: %+v\nerrors: %v", err, runs, errs)
+	} else if !strings.Contains(out, "Succeeded") {
+		t.Errorf("helm test output without Succeeded:\n%s", out)
+	}
+	t.Logf("FIGURE helm test (passing): %s", time.Since(t0).Round(time.Millisecond))
+	runs, errs := kubelet.Runs()
+	if len(errs) > 0 || len(runs) != 1 || runs[0].phase != "Succeeded" || len(runs[0].commands) != 2 {
+		t.Fatalf("test kubelet: runs %+v, errors %v; want one Pod run, both containers succeeded", runs, errs)
+	}
+	t.Logf("the test Pod ran %q in %s", runs[0].commands, runs[0].took.Round(time.Millisecond))
+
+	// No Ready operator pod: the test must fail, at the readiness check.
+	if _, err := e.Kubectl.Admin("-n", ns, "scale", "deployment/"+release+"-controller-manager", "--replicas=0"); err != nil {
+		t.Fatal(err)
+	}
+	kit.WaitFor(t, time.Minute, "no operator pod left", func(ctx context.Context) (bool, string) {
+		pods, err := e.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "control-plane=controller-manager"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items))
+	}, kit.Every(200*time.Millisecond))
+	if _, _, err := runHelm(t, kc, "test", release, "-n", ns, "--timeout=3m"); err == nil {
+		t.Fatal("helm test passed with no operator pod")
+	}
+	runs, errs = kubelet.Runs()
+	if len(errs) > 0 || len(runs) != 2 || runs[1].phase != "Failed" || !strings.HasPrefix(runs[1].failed, "operator-ready") {
+		t.Fatalf("test kubelet: runs %+v, errors %v; want the second run to fail at operator-ready", runs, errs)
+	}
+	t.Logf("with no operator pod the test Pod failed: %s", runs[1].failed)
+}
