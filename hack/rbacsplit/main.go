@@ -99,8 +99,8 @@ func run(in, out string) error {
 	clusterRole := rbacv1.ClusterRole{TypeMeta: cr.TypeMeta, Rules: cluster}
 	clusterRole.Name = "manager-cluster-role"
 	for path, obj := range map[string]any{
-		filepath.Join(out, "namespace-rbac", "role.yaml"): role,
-		filepath.Join(out, "cluster-rbac", "cluster_role.yaml"):           clusterRole,
+		filepath.Join(out, "namespace-rbac", "role.yaml"):       role,
+		filepath.Join(out, "cluster-rbac", "cluster_role.yaml"): clusterRole,
 	} {
 		y, err := yaml.Marshal(obj)
 		if err != nil {
