@@ -123,6 +123,14 @@ func (k *testKubelet) run(ctx context.Context, p *corev1.Pod) (podRun, error) {
 	if err != nil {
 		return run, err
 	}
+	// Helm creates the test's RoleBinding (a hook of lower weight) just
+	// before the Pod, and the authorizer sees a new binding a moment later. A
+	// real kubelet pulls the image and starts a sandbox first; this one
+	// would run at once, so it waits until the binding counts.
+	if err := k.e.Kubectl.WaitCanI(ctx, 30*time.Second, operatortest.CanIWant{
+		Kubeconfig: kubeconfig, Args: []string{"list", "pods", "-n", p.Namespace}, Want: "yes"}); err != nil {
+		return run, err
+	}
 	home, err := os.MkdirTemp(k.e.Dir, "testpod-home-")
 	if err != nil {
 		return run, err
