@@ -25,8 +25,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"example.com/simplewebapp-operator/tests/cluster"
@@ -48,6 +50,7 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	ctrllog.SetLogger(logr.Discard()) // the tests' own clients log nothing
 	var err error
 	if repoRoot, err = cluster.RepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -66,6 +69,9 @@ func clusterEnv(t *testing.T) *operatortest.Env {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		shared.env, shared.err = operatortest.Setup(ctx, operatortest.Options{Name: "helm", NoCRD: true}, cleanups.Add)
+		if shared.err == nil { // the build runs under ctx: wait for it
+			_, shared.err = shared.env.OperatorBin()
+		}
 	})
 	if shared.err != nil {
 		t.Fatalf("setting up the cluster: %v", shared.err)

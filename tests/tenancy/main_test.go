@@ -21,8 +21,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -34,9 +36,13 @@ var env *operatortest.Env
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	ctrllog.SetLogger(logr.Discard()) // the tests' own clients log nothing
 	var cleanups operatortest.Cleanups
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	e, err := operatortest.Setup(ctx, operatortest.Options{Name: "tenancy"}, cleanups.Add)
+	if err == nil { // the build runs under ctx: wait for it
+		_, err = e.OperatorBin()
+	}
 	cancel()
 	code := 1
 	if err != nil {
