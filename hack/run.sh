@@ -28,7 +28,7 @@ k() { "$kubectl" --kubeconfig "$kc" "$@"; }
 ns=simplewebapp-system
 k apply --server-side -f config/crd/bases >/dev/null
 k wait --for=condition=Established crd/simplewebapps.example.com --timeout=60s >/dev/null
-k create namespace "$ns" --dry-run=client -o yaml | k apply -f - >/dev/null
+k create namespace "$ns" --dry-run=client -o yaml | k apply --server-side --field-manager=simplewebapp-run -f - >/dev/null
 k apply -n default -f config/samples/my-webapp.yaml
 
 log=$(mktemp -t simplewebapp-operator.XXXXXX.log)

@@ -95,7 +95,7 @@ func build(which, dir string, name string, args ...string) func() (string, error
 	go func() {
 		cmd := exec.Command(name, args...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0")
+		cmd.Env = append(os.Environ(), "GOWORK=off")
 		t0 := time.Now()
 		out, err := cmd.CombinedOutput()
 		if err != nil {
