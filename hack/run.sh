@@ -44,7 +44,7 @@ if ! k wait -n default --for=condition=Ready swa/my-webapp --timeout=120s; then
 fi
 k get -n default swa,deploy,pods -l app.kubernetes.io/instance=my-webapp 2>/dev/null || true
 k get -n default swa my-webapp
-if grep -q "successfully acquired lease" "$log"; then
+if grep -qi "successfully acquired lease" "$log"; then
 	echo "This operator (pid $op) is the leader: it reconciles."
 else
 	holder=$(k -n "$ns" get lease simplewebapp-operator.example.com -o jsonpath='{.spec.holderIdentity}' 2>/dev/null || true)

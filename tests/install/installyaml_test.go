@@ -194,7 +194,7 @@ func TestInstallYAML(t *testing.T) {
 		}
 	}
 	t.Logf("%s", info)
-	if !strings.Contains(op.LogLinesWith("successfully acquired lease", 1), namespace+"/") {
+	if !strings.Contains(op.LogLinesWith("Successfully acquired lease", 1), `"lock":"`+namespace+`/`) {
 		t.Errorf("the operator did not take the Lease in %s:\n%s", namespace, op.LogTail(20))
 	}
 }

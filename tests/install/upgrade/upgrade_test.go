@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/yaml"
 
 	"example.com/simplewebapp-operator/hack/install"
@@ -67,6 +69,7 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	ctrllog.SetLogger(logr.Discard()) // the clients' logs say nothing the test needs
 	var err error
 	if root, err = cluster.RepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -658,7 +661,7 @@ func TestUpgradeWithInstallYAML(t *testing.T) {
 }
 
 // TestUpgradeWithHelm: the previous release's chart installed with helm, then
-// `helm upgrade` to this chart, the new CRD applied first (Helm never
+// `helm upgrade --reset-values` to this chart, the new CRD applied first (Helm never
 // upgrades what is in crds/; docs/install.md).
 func TestUpgradeWithHelm(t *testing.T) {
 	upgrade(t, func(t *testing.T, e *env) {
@@ -668,7 +671,10 @@ func TestUpgradeWithHelm(t *testing.T) {
 	}, func(t *testing.T, e *env) {
 		chart := filepath.Join(root, "config/helm/simplewebapp-operator")
 		t.Logf("%s", e.kubectl(t, "apply", "--server-side", "--force-conflicts", "-f", filepath.Join(chart, "crds")))
-		t.Logf("%s", e.helm(t, "upgrade", release, chart, "--namespace", namespace))
+		// Given no values, helm upgrade reuses the release's, the old
+		// image.tag included: --reset-values takes the new chart's defaults
+		// (the tag is its appVersion).
+		t.Logf("%s", e.helm(t, "upgrade", release, chart, "--namespace", namespace, "--reset-values"))
 	})
 }
 
