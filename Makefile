@@ -6,10 +6,14 @@ SHELL := /usr/bin/env bash -o pipefail
 
 BIN            ?= bin/simplewebapp-operator
 TEST_TIMEOUT   ?= 45m
+# The one version source: stamped into the binary (hack/build.sh), the image
+# tag, the chart and config/manager (make sync-version), dist/install.yaml.
+VERSION        := $(strip $(file < VERSION))
 # The control plane binaries (etcd, kube-apiserver, ..., kubectl, kwok), built
-# from pinned module sources into a cache outside the clone.
+# from pinned module sources into a cache outside the clone. Only the test and
+# local cluster targets use them; install and deploy use your kubectl.
 TOOLS_BIN       = $(shell bash tests/tools/build.sh --print)
-KUBECTL         = $(TOOLS_BIN)/kubectl
+KUBECTL        ?= kubectl
 CONTROLLER_GEN  = go tool controller-gen
 
 .PHONY: help
@@ -36,9 +40,14 @@ vet: ## go vet the code.
 	go vet ./...
 
 .PHONY: build
-build: ## Build the operator binary (the same go build the Dockerfile runs) and the kubectl swa plugin.
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o $(BIN) .
-	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/kubectl-swa ./cmd/kubectl-swa
+build: ## Build bin/simplewebapp-operator and bin/kubectl-swa with hack/build.sh (the build the Dockerfile and CI run), VERSION stamped.
+	bash hack/build.sh $(dir $(BIN))
+
+.PHONY: sync-version
+sync-version: ## Write VERSION into the chart (version, appVersion), config/manager's image tag and the operator's default version.
+	sed -i -E -e 's/^version: .*/version: $(VERSION)/' -e 's/^appVersion: .*/appVersion: "$(VERSION)"/' $(HELM_CHART)/Chart.yaml
+	sed -i -E 's/^(  newTag: ).*/\1$(VERSION)/' config/manager/kustomization.yaml
+	sed -i -E 's/^(var OperatorVersion = ).*/\1"$(VERSION)"/' controllers/directives.go
 
 .PHONY: tools
 tools: ## Build (or reuse from the cache) the local control plane binaries.
@@ -69,49 +78,78 @@ golden: ## Rewrite the golden render files after a deliberate change to channels
 
 .PHONY: cluster-up
 cluster-up: tools ## Start the local full control plane (etcd, apiserver, controller-manager, scheduler, kwok nodes).
-	SWA_BIN_DIR=$(TOOLS_BIN) go run ./tests/cluster/cmd/localcluster up
+	SWA_BIN_DIR=$(TOOLS_BIN) go run ./hack/localcluster up
 
 .PHONY: cluster-down
 cluster-down: ## Stop the local control plane; nothing of it stays running.
-	SWA_BIN_DIR=$(TOOLS_BIN) go run ./tests/cluster/cmd/localcluster down
+	SWA_BIN_DIR=$(TOOLS_BIN) go run ./hack/localcluster down
 
 ##@ Run
 
 .PHONY: run
 run: build tools ## Run the operator against KUBECONFIG, or a local cluster it starts, with the sample applied.
-	SWA_BIN_DIR=$(TOOLS_BIN) BIN=$(BIN) bash tests/tools/run.sh
+	SWA_BIN_DIR=$(TOOLS_BIN) BIN=$(BIN) bash hack/run.sh
 
 .PHONY: install
-install: tools ## Install the CRD into the cluster of KUBECONFIG.
+install: ## Install the CRD into the cluster of KUBECONFIG (with KUBECTL, default: the kubectl on PATH).
 	$(KUBECTL) apply --server-side -k config/crd
 
 .PHONY: uninstall
-uninstall: tools ## Remove the CRD (and every SimpleWebApp) from the cluster of KUBECONFIG.
+uninstall: ## Remove the CRD (and every SimpleWebApp) from the cluster of KUBECONFIG.
 	$(KUBECTL) delete -k config/crd --ignore-not-found
 
 ##@ Deploy
 # Installs the operator itself into the cluster of KUBECONFIG, as kubebuilder
 # projects do: config/default (CRD, RBAC, namespace simplewebapp-system,
-# Deployment, metrics Service) with the image IMG. There is no registry: build
-# the image with the Dockerfile and push it to yours (or load it into the
-# nodes), then `make deploy IMG=<registry>/simplewebapp-operator:<tag>`.
+# Deployment, metrics Service) with the image IMG, using KUBECTL (yours; the
+# local control plane is never built for these). There is no public registry:
+# `make docker-build docker-push IMG=<registry>/simplewebapp-operator:<tag>`
+# (or load the image into the nodes), then `make deploy IMG=...`.
+# `make build-installer` writes the same objects to dist/install.yaml, for
+# `kubectl apply --server-side -f` without a checkout.
 # The Helm chart in config/helm/simplewebapp-operator installs the same objects.
 
-IMG            ?= simplewebapp-operator:latest
+IMG            ?= simplewebapp-operator:$(VERSION)
+CONTAINER_TOOL ?= docker
+PLATFORMS      ?= linux/amd64,linux/arm64
+# The image has no .git: the revision goes in as a build argument.
+REVISION       ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+INSTALLER      ?= dist/install.yaml
 HELM            = $(TOOLS_BIN)/helm
 HELM_CHART      = config/helm/simplewebapp-operator
 HELM_RELEASE   ?= simplewebapp
 HELM_NAMESPACE ?= simplewebapp-system
 # config/default with the image replaced (kustomize in-process; no kustomize
 # CLI, no edit of config/).
-RENDER          = go run ./tests/install/cmd/render --image $(IMG) config/default
+RENDER          = go run ./hack/render --image $(IMG) config/default
+
+.PHONY: docker-build
+docker-build: ## Build the image IMG for this machine's platform (the Dockerfile runs hack/build.sh).
+	$(CONTAINER_TOOL) build --build-arg REVISION=$(REVISION) -t $(IMG) .
+
+.PHONY: docker-push
+docker-push: ## Push the image IMG.
+	$(CONTAINER_TOOL) push $(IMG)
+
+.PHONY: docker-buildx
+docker-buildx: ## Build and push IMG for every platform of PLATFORMS (default linux/amd64,linux/arm64), cross-compiled.
+	$(CONTAINER_TOOL) buildx create --name simplewebapp-builder >/dev/null 2>&1 || true
+	trap '$(CONTAINER_TOOL) buildx rm simplewebapp-builder >/dev/null 2>&1 || true' EXIT; \
+	$(CONTAINER_TOOL) buildx build --builder simplewebapp-builder --platform=$(PLATFORMS) \
+		--build-arg REVISION=$(REVISION) --tag $(IMG) --push .
+
+.PHONY: build-installer
+build-installer: ## Write INSTALLER (dist/install.yaml): CRD, RBAC, namespace, Deployment (image IMG, pinned when IMG has @sha256:...), metrics Service.
+	mkdir -p $(dir $(INSTALLER))
+	$(RENDER) > $(INSTALLER).tmp
+	mv $(INSTALLER).tmp $(INSTALLER)
 
 .PHONY: deploy
-deploy: tools ## Install CRD, RBAC and the operator (config/default, image IMG) into the cluster of KUBECONFIG.
+deploy: ## Install CRD, RBAC and the operator (config/default, image IMG) into the cluster of KUBECONFIG with KUBECTL.
 	$(RENDER) | $(KUBECTL) apply --server-side --field-manager=simplewebapp-deploy -f -
 
 .PHONY: undeploy
-undeploy: tools ## Remove what deploy installed, the CRD (and so every SimpleWebApp) included.
+undeploy: ## Remove what deploy installed, the CRD (and so every SimpleWebApp) included.
 	$(RENDER) | $(KUBECTL) delete --ignore-not-found -f -
 
 .PHONY: helm-template
@@ -119,7 +157,7 @@ helm-template: tools ## Render the Helm chart (release HELM_RELEASE, namespace H
 	@image='$(IMG)'; name=$${image%%@*}; digest=; [[ $$image == *@* ]] && digest=$${image#*@}; \
 	tag=; [[ $${name##*/} == *:* ]] && { tag=$${name##*:}; name=$${name%:*}; }; \
 	$(HELM) template $(HELM_RELEASE) $(HELM_CHART) --namespace $(HELM_NAMESPACE) --include-crds \
-		--set-string image.repository=$$name --set-string image.tag=$${tag:-latest} --set-string image.digest=$$digest
+		--set-string image.repository=$$name --set-string image.tag=$$tag --set-string image.digest=$$digest
 
 .PHONY: helm-sync
 helm-sync: ## Copy the generated CRD and ClusterRole (make manifests) into the Helm chart; tests/install checks they match.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,10 @@ import (
 	"example.com/simplewebapp-operator/channels"
 	"example.com/simplewebapp-operator/controllers"
 )
+
+// revision is the source revision of this build, set by hack/build.sh
+// (-ldflags -X main.revision=...); the version is controllers.OperatorVersion.
+var revision = ""
 
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
@@ -80,13 +85,21 @@ func main() {
 	flags.StringVar(&shard, "watch-label-selector", "", "Reconcile only the SimpleWebApps this label selector matches, e.g. sharding.simplewebapp.example.com/key=shard1 (one operator Deployment per shard) or 'sharding.simplewebapp.example.com/key notin (shard1,shard2)' for the rest.")
 	flags.StringVar(&watchNS, "watch-namespaces", "", "Comma-separated namespaces whose SimpleWebApps are reconciled (cache and watches only there), so the operator needs rights only there (Roles, see config/namespaced). Empty: every namespace.")
 	flags.DurationVar(&stuckAfter, "stuck-reconcile-timeout", 5*time.Minute, "/healthz fails (and the liveness probe restarts the operator) while a reconcile has run for longer than this.")
+	showVersion := flags.Bool("version", false, "Print the version, source revision and Go version, and exit.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flags)
 	_ = flags.Parse(os.Args[1:])
+	rev := buildRevision()
+	if *showVersion {
+		fmt.Printf("simplewebapp-operator %s (revision %s, %s)\n", controllers.OperatorVersion, rev, goVersion())
+		return
+	}
 	logger := zap.New(zap.UseFlagOptions(&zapOpts))
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger) // kdp's applylib logs through klog: same structured output
 	setupLog := ctrl.Log.WithName("setup")
+	setupLog.Info("simplewebapp-operator", "version", controllers.OperatorVersion, "revision", rev, "goVersion", goVersion())
+	controllers.RegisterBuildInfo(rev, goVersion())
 	if err := validateLeaderElection(leaseDuration, renewDeadline, retryPeriod); err != nil {
 		setupLog.Error(err, "invalid leader election flags")
 		os.Exit(1)
@@ -176,6 +189,29 @@ func main() {
 		setupLog.Error(err, "manager exited")
 		os.Exit(1)
 	}
+}
+
+// buildRevision is the revision stamped by hack/build.sh, else the one the Go
+// toolchain recorded (a plain `go build` in a git checkout), else "unknown".
+func buildRevision() string {
+	if revision != "" {
+		return revision
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				return s.Value[:12]
+			}
+		}
+	}
+	return "unknown"
+}
+
+func goVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		return bi.GoVersion
+	}
+	return "unknown"
 }
 
 // runningInCluster reports whether the operator runs in a pod: the in-cluster

@@ -36,9 +36,10 @@ const (
 )
 
 // OperatorVersion is this operator's version, compared with
-// AnnotationMinOperatorVersion. Release builds set it with
-// -ldflags "-X example.com/simplewebapp-operator/controllers.OperatorVersion=...".
-var OperatorVersion = "0.2.0"
+// AnnotationMinOperatorVersion. hack/build.sh stamps it from the VERSION file
+// (-ldflags -X); the default is the same, written by `make sync-version`, so
+// that a plain `go build` or `go test` agrees (tests/install checks it).
+var OperatorVersion = "0.3.0"
 
 // applyDirectives filters and cleans rendered objects by their annotations,
 // and splits off the handoff fields.

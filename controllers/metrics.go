@@ -54,6 +54,18 @@ func init() {
 	metrics.Registry.MustRegister(renderDuration, renderCacheHits, applies, writes, objectsApplied, upgrades, rollbacks, readyGauge, stalledGauge)
 }
 
+// RegisterBuildInfo serves simplewebapp_build_info{version,revision,goversion} 1,
+// so that a dashboard or an alert can tell which build each replica runs.
+func RegisterBuildInfo(revision, goVersion string) {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "simplewebapp_build_info",
+		Help:        "Always 1; the labels name the operator's version, source revision and Go version.",
+		ConstLabels: prometheus.Labels{"version": OperatorVersion, "revision": revision, "goversion": goVersion},
+	})
+	g.Set(1)
+	metrics.Registry.MustRegister(g)
+}
+
 // recordMetrics updates the per-SimpleWebApp gauges and the event counters
 // from one pass.
 func recordMetrics(before, after *webappv1.SimpleWebApp, o outcome) {

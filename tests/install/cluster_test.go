@@ -3,6 +3,10 @@ package install_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,11 +29,13 @@ const podsTimeout = 3 * time.Minute
 
 // TestKustomizeInstall server-side applies config/default to a full local
 // cluster: first as a dry run (every object admitted, no Pod Security
-// warning, nothing persisted), then for real. The operator's ReplicaSet
+// warning, nothing persisted), then for real with `make deploy`, run with
+// nothing but a kubectl, go and bash on PATH. The operator's ReplicaSet
 // then creates 2 pods in the restricted namespace (Pod Security admission
 // admits them; kwok runs them without pulling the image), its metrics Service
 // selects them, and its ServiceAccount has the permissions of the bound roles.
-// A pod violating restricted is rejected in that namespace.
+// A pod violating restricted is rejected in that namespace. `make undeploy`
+// then removes it all.
 func TestKustomizeInstall(t *testing.T) {
 	c, cs, _ := fullCluster(t)
 	objs := parse(t, kustomizeDefault(t, ""))
@@ -46,9 +52,63 @@ func TestKustomizeInstall(t *testing.T) {
 		t.Fatalf("after the dry run: Deployment %s: %v, want NotFound", deploymentName, err)
 	}
 
-	apply(t, c, manager, objs)
+	makeWithOnlyKubectl(t, c, "deploy")
+	if _, _, err := kubectl(t, c, nil, "wait", "--for=condition=Established", "crd/simplewebapps.example.com", "--timeout=120s"); err != nil {
+		t.Fatal(err)
+	}
 	checkRunning(t, c, cs, namespace, deploymentName, serviceAccount, metricsService, managerRole)
 	checkRestrictedEnforced(t, cs, namespace, deploymentName)
+
+	// kubectl delete waits until each object is gone: the namespace (its pods
+	// included) and the CRD.
+	makeWithOnlyKubectl(t, c, "undeploy")
+	for _, o := range objs {
+		args := []string{"get", strings.ToLower(o.GetKind()), o.GetName(), "--ignore-not-found", "-o", "name"}
+		if o.GetNamespace() != "" {
+			args = append(args, "-n", o.GetNamespace())
+		}
+		if out, _, err := kubectl(t, c, nil, args...); err != nil || strings.TrimSpace(out) != "" {
+			t.Errorf("after make undeploy: %s still there (%v)", key(o), err)
+		}
+	}
+}
+
+// makeWithOnlyKubectl runs `make target` against the cluster with a PATH that
+// holds only kubectl (the cluster's, standing for the user's), go and bash:
+// install targets need no tool of this project.
+func makeWithOnlyKubectl(t *testing.T, c *cluster.Cluster, target string) {
+	t.Helper()
+	pathDir := t.TempDir()
+	links := map[string]string{"kubectl": tool(t, "kubectl")}
+	for _, name := range []string{"go", "bash"} {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		links[name] = p
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, filepath.Join(pathDir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	makeBin, err := exec.LookPath("make")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, makeBin, "--no-print-directory", target)
+	cmd.Dir = repoRoot
+	cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "PATH=") || strings.HasPrefix(kv, "SWA_BIN_DIR=") || strings.HasPrefix(kv, "KUBECTL=")
+	}), "PATH="+pathDir, "KUBECONFIG="+c.Kubeconfig, "KUBECACHEDIR="+filepath.Join(tmpDir, "kubectl-cache"))
+	t0 := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("make %s with PATH=%s (kubectl, go, bash): %v\n%s", target, pathDir, err, out)
+	}
+	t.Logf("FIGURE make %s with only kubectl, go and bash on PATH: %s\n%s", target, time.Since(t0).Round(time.Millisecond), out)
 }
 
 // TestHelmInstall does the same with the chart, as release "swa-helm" in a

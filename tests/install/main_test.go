@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"example.com/simplewebapp-operator/hack/install"
 	"example.com/simplewebapp-operator/tests/cluster"
 )
 
@@ -169,7 +170,7 @@ func helm(t *testing.T, args ...string) string {
 }
 
 // kustomizeDefault renders config/default with the given image ("" keeps
-// the default), the way make deploy does.
+// the default), the way make deploy does (hack/render).
 func kustomizeDefault(t *testing.T, image string) []byte {
 	t.Helper()
 	out, err := kustomize(filepath.Join(repoRoot, "config", "default"), image)
@@ -178,6 +179,19 @@ func kustomizeDefault(t *testing.T, image string) []byte {
 	}
 	return out
 }
+
+// version is the VERSION file: the one version source.
+func version(t *testing.T) string {
+	t.Helper()
+	v := strings.TrimSpace(string(readFile(t, "VERSION")))
+	if v == "" {
+		t.Fatal("VERSION is empty")
+	}
+	return v
+}
+
+// defaultImage is config/default's operator image: tagged with VERSION.
+func defaultImage(t *testing.T) string { return install.ImageName + ":" + version(t) }
 
 // parse splits multi-document YAML into objects, skipping empty documents.
 func parse(t *testing.T, data []byte) []*unstructured.Unstructured {

@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/ptr"
 
-	"example.com/simplewebapp-operator/tests/install"
+	"example.com/simplewebapp-operator/hack/install"
 )
 
 var kustomize = install.Kustomize
@@ -71,8 +71,8 @@ func TestKustomizeDefault(t *testing.T) {
 		t.Errorf("namespace label pod-security.kubernetes.io/enforce = %q, want restricted", got)
 	}
 	dep := as[appsv1.Deployment](t, find(t, objs, "Deployment", deploymentName))
-	if got := dep.Spec.Template.Spec.Containers[0].Image; got != install.DefaultImage {
-		t.Errorf("image %q, want %q", got, install.DefaultImage)
+	if got := dep.Spec.Template.Spec.Containers[0].Image; got != defaultImage(t) {
+		t.Errorf("image %q, want %q", got, defaultImage(t))
 	}
 	if !reflect.DeepEqual(dep.Spec.Template.Spec.Containers[0].Args,
 		[]string{"--leader-elect", "--metrics-bind-address=:8443", "--health-probe-bind-address=:8081"}) {
@@ -243,9 +243,9 @@ func TestKustomizeImage(t *testing.T) {
 		"registry.example/simplewebapp-operator@sha256:" + strings.Repeat("ab", 32),
 	} {
 		got := kustomizeDefault(t, img)
-		want := bytes.Replace(base, []byte("image: "+install.DefaultImage+"\n"), []byte("image: "+img+"\n"), 1)
+		want := bytes.Replace(base, []byte("image: "+defaultImage(t)+"\n"), []byte("image: "+img+"\n"), 1)
 		if bytes.Equal(want, base) {
-			t.Fatalf("config/default has no %q image line", install.DefaultImage)
+			t.Fatalf("config/default has no %q image line", defaultImage(t))
 		}
 		if !bytes.Equal(got, want) {
 			t.Errorf("IMG=%s: the render differs from config/default by more than the image:\n%s", img, got)
@@ -369,7 +369,7 @@ func TestHelmValues(t *testing.T) {
 
 	digest := "sha256:" + strings.Repeat("ab", 32)
 	objs = parse(t, helmTemplate(t, "swa", "operators", "--set", "image.digest="+digest))
-	if got := as[appsv1.Deployment](t, find(t, objs, "Deployment", "swa-controller-manager")).Spec.Template.Spec.Containers[0].Image; got != install.DefaultImage[:strings.Index(install.DefaultImage, ":")]+"@"+digest {
+	if got := as[appsv1.Deployment](t, find(t, objs, "Deployment", "swa-controller-manager")).Spec.Template.Spec.Containers[0].Image; got != install.ImageName+"@"+digest {
 		t.Errorf("image with digest: %q", got)
 	}
 }

@@ -1,8 +1,7 @@
-// Package install holds what installs the operator: Kustomize renders
-// config/default (optionally with another image) in-process with krusty, the
-// way `make deploy` applies it. Its tests (install_test.go) render
-// config/default and the Helm chart, compare them, and apply both to a local
-// full cluster.
+// Package install renders what installs the operator: Kustomize builds
+// config/default (optionally with another image) in-process with krusty, for
+// `make deploy` and `make build-installer` (through hack/render) and for the
+// tests in tests/install. No kustomize CLI is needed.
 package install
 
 import (
@@ -17,20 +16,22 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// DefaultImage is the operator image in config/default (set by the images:
-// of config/manager/kustomization.yaml). There is no registry that serves it.
-const DefaultImage = "simplewebapp-operator:latest"
+// ImageName is the name of the operator image in config/default (set by the
+// images: of config/manager/kustomization.yaml, tagged with the VERSION by
+// `make sync-version`). There is no registry that serves it.
+const ImageName = "simplewebapp-operator"
 
 // Kustomize builds the kustomization in dir, like `kustomize build dir`.
-// A non-empty image replaces DefaultImage (name[:tag][@digest]), like
-// `kustomize edit set image` in an overlay, without editing any file.
+// A non-empty image replaces the operator image (name[:tag][@digest]; a
+// digest pins it), like `kustomize edit set image` in an overlay, without
+// editing any file.
 func Kustomize(dir, image string) ([]byte, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
 	target := dir
-	if image != "" && image != DefaultImage {
+	if image != "" {
 		// An overlay in a temporary directory with dir as its only base.
 		tmp, err := os.MkdirTemp("", "swa-render-")
 		if err != nil {
@@ -42,7 +43,6 @@ func Kustomize(dir, image string) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		from, _, _ := util.SplitImageName(DefaultImage)
 		name, tag, digest := util.SplitImageName(image)
 		if name == "" {
 			return nil, fmt.Errorf("image %q: no name", image)
@@ -50,7 +50,7 @@ func Kustomize(dir, image string) ([]byte, error) {
 		k := types.Kustomization{
 			TypeMeta:  types.TypeMeta{APIVersion: types.KustomizationVersion, Kind: types.KustomizationKind},
 			Resources: []string{base},
-			Images:    []types.Image{{Name: from, NewName: name, NewTag: tag, Digest: digest}},
+			Images:    []types.Image{{Name: ImageName, NewName: name, NewTag: tag, Digest: digest}},
 		}
 		b, err := yaml.Marshal(k)
 		if err != nil {

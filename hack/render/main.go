@@ -1,9 +1,10 @@
 // Command render prints the build of a kustomization (default config/default)
-// with the operator image replaced, for `make deploy IMG=...`: the same as
-// `kustomize edit set image` + `kustomize build`, without the kustomize CLI
-// and without editing config/.
+// with the operator image replaced, for `make deploy IMG=...` and
+// `make build-installer` (dist/install.yaml): the same as `kustomize edit set
+// image` + `kustomize build`, without the kustomize CLI and without editing
+// config/.
 //
-//	go run ./tests/install/cmd/render [--image registry/simplewebapp-operator:v1] [config/default]
+//	go run ./hack/render [--image registry/simplewebapp-operator:v1[@sha256:...]] [config/default]
 package main
 
 import (
@@ -11,11 +12,11 @@ import (
 	"fmt"
 	"os"
 
-	"example.com/simplewebapp-operator/tests/install"
+	"example.com/simplewebapp-operator/hack/install"
 )
 
 func main() {
-	image := flag.String("image", install.DefaultImage, "the operator image: name[:tag][@digest]")
+	image := flag.String("image", "", "the operator image: name[:tag][@digest] (default: config/manager's, "+install.ImageName+":<VERSION>)")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: %s [--image IMAGE] [DIR (default config/default)]\n", os.Args[0])
 		flag.PrintDefaults()
