@@ -41,8 +41,9 @@ build: ## Build the operator binary (the same go build the Dockerfile runs) and 
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o bin/kubectl-swa ./cmd/kubectl-swa
 
 .PHONY: tools
-tools: ## Build (or reuse from the cache) the local control plane binaries.
+tools: ## Build (or reuse from the cache) the local control plane binaries and metrics-server.
 	bash tests/tools/build.sh >/dev/null
+	bash tests/tools/build-metrics-server.sh >/dev/null
 
 .PHONY: test
 test: tools ## Run every test: unit, golden, integration (envtest) and end to end (full local cluster).

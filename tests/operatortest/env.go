@@ -38,6 +38,10 @@ type Options struct {
 	Name string
 	// ExtraKwokStages are passed to the cluster (cluster.Options).
 	ExtraKwokStages []string
+	// Metrics, HPASyncPeriod and HPADownscaleStabilization are passed to
+	// the cluster (cluster.Options): metrics-server for real autoscaling.
+	Metrics                                  bool
+	HPASyncPeriod, HPADownscaleStabilization time.Duration
 }
 
 // Env is a full local cluster with the CRD installed, admin clients, the
@@ -99,6 +103,10 @@ func Setup(ctx context.Context, opts Options, cleanup func(func())) (*Env, error
 		Profile:         cluster.ProfileFull,
 		ExtraKwokStages: opts.ExtraKwokStages,
 		LogWriter:       e.logw,
+		Metrics:         opts.Metrics,
+
+		HPASyncPeriod:             opts.HPASyncPeriod,
+		HPADownscaleStabilization: opts.HPADownscaleStabilization,
 	})
 	if err != nil {
 		_, _ = e.operatorBin()
