@@ -69,8 +69,10 @@ golden: ## Rewrite the golden render files after a deliberate change to channels
 ##@ Local cluster
 
 .PHONY: cluster-up
-cluster-up: tools ## Start the local full control plane (etcd, apiserver, controller-manager, scheduler, kwok nodes).
-	SWA_BIN_DIR=$(TOOLS_BIN) go run ./tests/cluster/cmd/localcluster up
+# CLUSTER_UP_FLAGS: more flags of `localcluster up`, e.g. --metrics (metrics-server, for HPAs).
+CLUSTER_UP_FLAGS ?=
+cluster-up: tools ## Start the local full control plane (etcd, apiserver, controller-manager, scheduler, kwok nodes); CLUSTER_UP_FLAGS=--metrics adds metrics-server.
+	SWA_BIN_DIR=$(TOOLS_BIN) go run ./tests/cluster/cmd/localcluster up $(CLUSTER_UP_FLAGS)
 
 .PHONY: cluster-down
 cluster-down: ## Stop the local control plane; nothing of it stays running.
