@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -128,6 +129,33 @@ func TestScalesWithLoad(t *testing.T) {
 	}, opts)
 	changes.monotonic(t, loaded, time.Now(), +1)
 	t.Logf("the message rolled out at %d pods in %s", maxReplicas, time.Since(rolled).Round(time.Millisecond))
+
+	// What a user sees of the load: `kubectl top pods` (the same metrics API).
+	kit.WaitFor(t, timeout, fmt.Sprintf("kubectl top pods to show %d pods using %s each", maxReplicas, loadCPU), func(ctx context.Context) (bool, string) {
+		load.apply(t, ctx, depName)
+		out, err := env.Kubectl.Admin("top", "pods", "-n", ns, "--no-headers")
+		if err != nil {
+			return false, err.Error() // no metrics of the new pods yet
+		}
+		n := 0
+		for line := range strings.Lines(out) {
+			// NAME CPU(cores) MEMORY(bytes)
+			f := strings.Fields(line)
+			if len(f) < 2 {
+				continue
+			}
+			cpu, err := resource.ParseQuantity(f[1])
+			if err != nil {
+				t.Fatalf("kubectl top pods: CPU %q of %s: %v", f[1], f[0], err)
+			}
+			// Rounded up to whole millicores, as the HPA reads it.
+			want := resource.MustParse(loadCPU)
+			if m := cpu.MilliValue(); m >= want.MilliValue() && m <= want.MilliValue()+1 {
+				n++
+			}
+		}
+		return n == maxReplicas, strings.TrimSpace(out)
+	}, opts)
 
 	// Idle again: back in to minReplicas once the stabilization window passed.
 	load.set(t, t.Context(), depName, idleCPU)
