@@ -50,8 +50,9 @@ sync-version: ## Write VERSION into the chart (version, appVersion), config/mana
 	sed -i -E 's/^(var OperatorVersion = ).*/\1"$(VERSION)"/' controllers/directives.go
 
 .PHONY: tools
-tools: ## Build (or reuse from the cache) the local control plane binaries.
+tools: ## Build (or reuse from the cache) the local control plane binaries and metrics-server.
 	bash tests/tools/build.sh >/dev/null
+	bash tests/tools/build-metrics-server.sh >/dev/null
 
 .PHONY: test
 test: tools ## Run every test: unit, golden, integration (envtest) and end to end (full local cluster).
@@ -77,8 +78,10 @@ golden: ## Rewrite the golden render files after a deliberate change to channels
 ##@ Local cluster
 
 .PHONY: cluster-up
-cluster-up: tools ## Start the local full control plane (etcd, apiserver, controller-manager, scheduler, kwok nodes).
-	SWA_BIN_DIR=$(TOOLS_BIN) go run ./hack/localcluster up
+# CLUSTER_UP_FLAGS: more flags of `localcluster up`, e.g. --metrics (metrics-server, for HPAs).
+CLUSTER_UP_FLAGS ?=
+cluster-up: tools ## Start the local full control plane (etcd, apiserver, controller-manager, scheduler, kwok nodes); CLUSTER_UP_FLAGS=--metrics adds metrics-server.
+	SWA_BIN_DIR=$(TOOLS_BIN) go run ./hack/localcluster up $(CLUSTER_UP_FLAGS)
 
 .PHONY: cluster-down
 cluster-down: ## Stop the local control plane; nothing of it stays running.

@@ -2,6 +2,7 @@
 // of tests, for manual work with kubectl:
 //
 //	localcluster up [--profile full|api] [--nodes 3]  start it detached, print the kubeconfig path
+//	                [--metrics]                       with metrics-server: HPAs scale on kwok's emulated CPU use
 //	localcluster down                                 stop it and remove its state
 //	localcluster status                               tell whether it is up (exit 3 when down)
 //	localcluster kubeconfig                           print the kubeconfig path
@@ -55,7 +56,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: localcluster up [--profile full|api] [--nodes N] | down | status | kubeconfig")
+	fmt.Fprintln(os.Stderr, "usage: localcluster up [--profile full|api] [--nodes N] [--metrics] | down | status | kubeconfig")
 	os.Exit(2)
 }
 
@@ -94,6 +95,7 @@ func up(args []string) error {
 	fl := flag.NewFlagSet("up", flag.ExitOnError)
 	profile := fl.String("profile", cluster.ProfileFull, "full (controllers, scheduler, kwok nodes) or api (etcd + apiserver)")
 	nodes := fl.Int("nodes", 3, "number of kwok nodes (profile full)")
+	metrics := fl.Bool("metrics", false, "run metrics-server (profile full): HorizontalPodAutoscalers scale on the CPU use set by the pod annotation "+cluster.UsageCPUAnnotation)
 	_ = fl.Parse(args)
 
 	old, err := stateDir()
@@ -124,7 +126,7 @@ func up(args []string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Options{
-		Profile: *profile, Nodes: *nodes, Dir: dir, Detach: true, LogWriter: os.Stderr,
+		Profile: *profile, Nodes: *nodes, Metrics: *metrics, Dir: dir, Detach: true, LogWriter: os.Stderr,
 	})
 	if err != nil {
 		// Start stopped what it had started. Keep the logs in dir for a look,

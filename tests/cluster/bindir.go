@@ -16,9 +16,10 @@ import (
 var binDirOnce = sync.OnceValues(buildBinDir)
 
 // BinDir returns the directory with etcd, kube-apiserver,
-// kube-controller-manager, kube-scheduler, kubectl and kwok: $SWA_BIN_DIR when
-// set, otherwise the cache directory of tests/tools/build.sh, which it runs
-// (a no-op when cached; minutes when cold). Safe to call concurrently, within a
+// kube-controller-manager, kube-scheduler, kubectl, kwok and metrics-server:
+// $SWA_BIN_DIR when set, otherwise the cache directory of tests/tools/build.sh,
+// which it runs with tests/tools/build-metrics-server.sh (a no-op when cached;
+// minutes when cold). Safe to call concurrently, within a
 // process and across processes (test binaries of several packages).
 func BinDir() (string, error) {
 	if d := os.Getenv("SWA_BIN_DIR"); d != "" {
@@ -62,6 +63,13 @@ func buildBinDir() (string, error) {
 	}
 	if got := lastLine(out); got != "" {
 		dir = got
+	}
+	// metrics-server (Options.Metrics) has a script and a cache key of its
+	// own; it links the binary into dir.
+	ms := exec.Command("bash", filepath.Join(root, "tests", "tools", "build-metrics-server.sh"))
+	ms.Stderr = os.Stderr
+	if err := ms.Run(); err != nil {
+		return "", fmt.Errorf("%s: %w", ms.Args[1], err)
 	}
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kwok"} {
 		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {

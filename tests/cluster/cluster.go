@@ -77,6 +77,17 @@ type Options struct {
 	// to the embedded standard ones (kwok-stages.yaml).
 	ExtraKwokStages []string
 	LogWriter       io.Writer // progress and timings; default io.Discard
+
+	// Metrics (ProfileFull) runs metrics-server, registered as the
+	// metrics.k8s.io API through API aggregation, scraping kwok's emulation
+	// of the kubelets' resource metrics: a HorizontalPodAutoscaler scales on
+	// the CPU use that UsageCPUAnnotation sets on pods (metrics.go).
+	Metrics bool
+	// HPASyncPeriod and HPADownscaleStabilization are the
+	// kube-controller-manager's --horizontal-pod-autoscaler-sync-period and
+	// --horizontal-pod-autoscaler-downscale-stabilization; zero keeps its
+	// defaults (15s and 5m).
+	HPASyncPeriod, HPADownscaleStabilization time.Duration
 }
 
 // Cluster is a running local control plane.
@@ -132,6 +143,9 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.Profile != ProfileAPI && opts.Profile != ProfileFull {
 		return nil, fmt.Errorf("unknown profile %q (want %q or %q)", opts.Profile, ProfileAPI, ProfileFull)
 	}
+	if opts.Metrics && opts.Profile != ProfileFull {
+		return nil, fmt.Errorf("Options.Metrics needs profile %q (kwok, controllers)", ProfileFull)
+	}
 	if opts.Nodes <= 0 {
 		opts.Nodes = 3
 	}
@@ -164,6 +178,12 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	pki, err := newPKI(c.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
+	}
+	var mpki *metricsPKI
+	if opts.Metrics {
+		if mpki, err = newMetricsPKI(c.Dir, pki.ca); err != nil {
+			return nil, fmt.Errorf("certificates: %w", err)
+		}
 	}
 	ports, err := FreePorts(6)
 	if err != nil {
@@ -217,16 +237,16 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 
-	if err := start(APIServer,
-		"--etcd-servers="+etcdURL,
+	apiserverArgs := []string{
+		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
-		"--secure-port="+strconv.Itoa(apiPort),
-		"--cert-dir="+c.Dir,
-		"--tls-cert-file="+pki.apiserver.certFile, "--tls-private-key-file="+pki.apiserver.keyFile,
-		"--client-ca-file="+pki.ca.certFile,
+		"--secure-port=" + strconv.Itoa(apiPort),
+		"--cert-dir=" + c.Dir,
+		"--tls-cert-file=" + pki.apiserver.certFile, "--tls-private-key-file=" + pki.apiserver.keyFile,
+		"--client-ca-file=" + pki.ca.certFile,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+pki.saPubFile,
-		"--service-account-signing-key-file="+pki.saKeyFile,
+		"--service-account-key-file=" + pki.saPubFile,
+		"--service-account-signing-key-file=" + pki.saKeyFile,
 		"--authorization-mode=Node,RBAC",
 		"--service-cluster-ip-range=10.0.0.0/24",
 		// Without it a privileged pod fails validation before Pod Security
@@ -235,7 +255,11 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		// v1.37 refuses a loopback advertise address while the endpoint
 		// reconciler is on; the "kubernetes" Endpoints are not needed here.
 		"--endpoint-reconciler-type=none",
-	); err != nil {
+	}
+	if mpki != nil {
+		apiserverArgs = append(apiserverArgs, mpki.apiserverArgs()...)
+	}
+	if err := start(APIServer, apiserverArgs...); err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
@@ -258,7 +282,7 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	if opts.Profile == ProfileFull {
-		if err := c.startFull(ctx, opts, pki, client, start, verified, kcmPort, schedPort, kwokPort); err != nil {
+		if err := c.startFull(ctx, opts, pki, mpki, client, start, verified, kcmPort, schedPort, kwokPort); err != nil {
 			return nil, err
 		}
 	}
@@ -269,22 +293,23 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 
 // startFull starts the controllers and kwok, creates the fake nodes and waits
 // until the cluster can run pods.
-func (c *Cluster) startFull(ctx context.Context, opts Options, pki *pki, client kubernetes.Interface,
+func (c *Cluster) startFull(ctx context.Context, opts Options, pki *pki, mpki *metricsPKI, client kubernetes.Interface,
 	start func(string, ...string) error, https *http.Client, kcmPort, schedPort, kwokPort int) error {
 	kcmKubeconfig := filepath.Join(c.Dir, ControllerManager+".kubeconfig")
-	if err := start(ControllerManager,
-		"--kubeconfig="+kcmKubeconfig,
-		"--authentication-kubeconfig="+kcmKubeconfig, "--authorization-kubeconfig="+kcmKubeconfig,
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(kcmPort),
-		"--tls-cert-file="+pki.serving.certFile, "--tls-private-key-file="+pki.serving.keyFile,
-		"--service-account-private-key-file="+pki.saKeyFile,
-		"--root-ca-file="+pki.ca.certFile,
-		"--cluster-signing-cert-file="+pki.ca.certFile, "--cluster-signing-key-file="+pki.ca.keyFile,
+	kcmArgs := []string{
+		"--kubeconfig=" + kcmKubeconfig,
+		"--authentication-kubeconfig=" + kcmKubeconfig, "--authorization-kubeconfig=" + kcmKubeconfig,
+		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(kcmPort),
+		"--tls-cert-file=" + pki.serving.certFile, "--tls-private-key-file=" + pki.serving.keyFile,
+		"--service-account-private-key-file=" + pki.saKeyFile,
+		"--root-ca-file=" + pki.ca.certFile,
+		"--cluster-signing-cert-file=" + pki.ca.certFile, "--cluster-signing-key-file=" + pki.ca.keyFile,
 		"--use-service-account-credentials",
 		"--leader-elect=false",
 		// No pod CIDRs are allocated: kwok assigns pod IPs itself.
 		"--controllers=*,-nodeipam",
-	); err != nil {
+	}
+	if err := start(ControllerManager, append(kcmArgs, hpaArgs(opts)...)...); err != nil {
 		return err
 	}
 	schedKubeconfig := filepath.Join(c.Dir, Scheduler+".kubeconfig")
@@ -301,29 +326,40 @@ func (c *Cluster) startFull(ctx context.Context, opts Options, pki *pki, client 
 	for _, s := range opts.ExtraKwokStages {
 		stages += "\n---\n" + s
 	}
+	if mpki != nil {
+		stages += "\n---\n" + kwokMetrics
+	}
 	stagesFile := filepath.Join(c.Dir, "kwok-stages.yaml")
 	if err := os.WriteFile(stagesFile, []byte(stages), 0o644); err != nil {
 		return err
 	}
-	if err := start(Kwok,
-		"--kubeconfig="+filepath.Join(c.Dir, Kwok+".kubeconfig"),
-		"--config="+stagesFile,
+	kwokArgs := []string{
+		"--kubeconfig=" + filepath.Join(c.Dir, Kwok+".kubeconfig"),
+		"--config=" + stagesFile,
 		"--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector="+KwokNodeAnnotation+"=fake",
+		"--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=fake",
 		"--node-ip=127.0.0.1",
 		"--cidr=10.244.0.1/16", // pod IPs: data only, nothing is routed
-		"--server-address=127.0.0.1:"+strconv.Itoa(kwokPort),
+		"--server-address=127.0.0.1:" + strconv.Itoa(kwokPort),
 		// Node heartbeats are Leases (the heartbeat-with-lease stage only
 		// refreshes status every ~10 min). kwok creates and renews no Lease
 		// unless this is set, and then the node lifecycle controller marks every
 		// node NotReady 50 s after start and every pod Ready=False.
 		"--node-lease-duration-seconds=40",
-	); err != nil {
+	}
+	if mpki != nil {
+		kwokArgs = append(kwokArgs, kwokMetricsArgs(pki)...)
+	}
+	if err := start(Kwok, kwokArgs...); err != nil {
 		return err
 	}
 
 	for i := range opts.Nodes {
-		if _, err := client.CoreV1().Nodes().Create(ctx, fakeNode(fmt.Sprintf("kwok-node-%d", i)), metav1.CreateOptions{}); err != nil {
+		node := fakeNode(fmt.Sprintf("kwok-node-%d", i))
+		if mpki != nil {
+			node.Annotations[ResourceMetricsPathAnnotation] = resourceMetricsPath(node.Name)
+		}
+		if _, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create node: %w", err)
 		}
 	}
@@ -358,10 +394,16 @@ func (c *Cluster) startFull(ctx context.Context, opts Options, pki *pki, client 
 	}
 	// Pods can only be created in a namespace once its default ServiceAccount
 	// exists (ServiceAccount admission); the controller-manager creates it.
-	return c.waitComponent(ctx, ControllerManager, "ServiceAccount default/default", 60*time.Second, func(ctx context.Context) (bool, error) {
+	if err := c.waitComponent(ctx, ControllerManager, "ServiceAccount default/default", 60*time.Second, func(ctx context.Context) (bool, error) {
 		_, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
-	})
+	}); err != nil {
+		return err
+	}
+	if mpki != nil {
+		return c.startMetricsServer(ctx, opts, pki, mpki, client, start, kwokPort)
+	}
+	return nil
 }
 
 // fakeNode is a Node for kwok to manage, with the capacity the scheduler sees.

@@ -41,6 +41,10 @@ type Options struct {
 	// NoCRD leaves the CRD out, for tests that install it the way a user
 	// does (helm install, kubectl apply of an install render).
 	NoCRD bool
+	// Metrics, HPASyncPeriod and HPADownscaleStabilization are passed to
+	// the cluster (cluster.Options): metrics-server for real autoscaling.
+	Metrics                                  bool
+	HPASyncPeriod, HPADownscaleStabilization time.Duration
 }
 
 // Env is a full local cluster with the CRD installed, admin clients, the
@@ -102,6 +106,10 @@ func Setup(ctx context.Context, opts Options, cleanup func(func())) (*Env, error
 		Profile:         cluster.ProfileFull,
 		ExtraKwokStages: opts.ExtraKwokStages,
 		LogWriter:       e.logw,
+		Metrics:         opts.Metrics,
+
+		HPASyncPeriod:             opts.HPASyncPeriod,
+		HPADownscaleStabilization: opts.HPADownscaleStabilization,
 	})
 	if err != nil {
 		_, _ = e.operatorBin()

@@ -1,0 +1,149 @@
+// Package autoscaling shows spec.autoscaling end to end on simulated load:
+// the real HorizontalPodAutoscaler controller of kube-controller-manager scales
+// a SimpleWebApp on CPU use read from metrics-server, which scrapes kwok's
+// emulation of the kubelets' resource metrics. The test sets the load as each
+// pod's CPU use (kwok's pod annotation), as a load generator would make it.
+//
+// Like tests/e2e, the operator binary runs as its own process with its own
+// ServiceAccount bound only to config/rbac, against a full local cluster
+// (tests/cluster with Options.Metrics). metrics-server is built by
+// tests/tools/build-metrics-server.sh (make tools); without it the set-up
+// fails and says so.
+package autoscaling
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/operatortest"
+)
+
+// The kube-controller-manager's HPA settings here, shorter than its defaults
+// (15s, 5m) so that the test takes a minute or two, not ten.
+const (
+	hpaSyncPeriod             = 5 * time.Second
+	hpaDownscaleStabilization = 15 * time.Second
+)
+
+// env is the shared cluster and operator, set up by TestMain.
+var env *testEnv
+
+type testEnv struct {
+	*operatortest.Env
+	op *operatortest.Operator
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctrllog.SetLogger(logr.Discard()) // the tests' own clients log nothing
+	var cleanups operatortest.Cleanups
+	defer cleanups.Run()
+	e, err := setUp(cleanups.Add)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "autoscaling setup failed:", err)
+		if e != nil && e.op != nil {
+			fmt.Fprintf(os.Stderr, "--- operator log tail ---\n%s\n", e.op.LogTail(50))
+		}
+		return 1
+	}
+	env = e
+	code := m.Run()
+	if code != 0 {
+		keepLogs(e)
+	}
+	return code
+}
+
+// keepLogs copies the operator's, metrics-server's and the
+// controller-manager's logs out of the run's directories, which are removed
+// at the end, so that a failure can be looked at afterwards.
+func keepLogs(e *testEnv) {
+	dir, err := os.MkdirTemp("", "swa-autoscaling-logs-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "keeping the logs:", err)
+		return
+	}
+	logs := map[string]string{"operator.log": e.op.LogPath()}
+	for _, c := range []string{cluster.MetricsServer, cluster.ControllerManager, cluster.Kwok, cluster.APIServer} {
+		logs[c+".log"] = filepath.Join(e.Cluster.Dir, c+".log")
+	}
+	var errs []error
+	for name, path := range logs {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
+		}
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintln(os.Stderr, "keeping the logs:", err)
+	}
+	fmt.Fprintf(os.Stderr, "the logs of the operator and the cluster are kept in %s\n", dir)
+}
+
+// setUp starts the cluster with metrics-server, installs the CRD and the
+// operator's RBAC, and starts the operator with a token of its
+// ServiceAccount.
+func setUp(cleanup func(func())) (*testEnv, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	oe, err := operatortest.Setup(ctx, operatortest.Options{
+		Name:                      "autoscaling",
+		Metrics:                   true,
+		HPASyncPeriod:             hpaSyncPeriod,
+		HPADownscaleStabilization: hpaDownscaleStabilization,
+	}, cleanup)
+	if err != nil {
+		return nil, err
+	}
+	e := &testEnv{Env: oe}
+
+	t0 := time.Now()
+	id, err := e.SetUpOperatorIdentity(ctx, operatortest.OperatorRBAC{ClusterRoleBinding: "autoscaling-manager-rolebinding"})
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Kubectl.WaitCanI(ctx, 30*time.Second, operatortest.CanIWant{
+		Kubeconfig: id.Kubeconfig, Args: []string{"watch", "simplewebapps.example.com", "--all-namespaces"}, Want: "yes",
+	}); err != nil {
+		return nil, err
+	}
+	e.Step(t0, "ServiceAccount %s/%s bound to the ClusterRole of config/rbac/role.yaml", operatortest.Namespace, operatortest.ServiceAccount)
+
+	bin, err := e.OperatorBin()
+	if err != nil {
+		return nil, err
+	}
+	t0 = time.Now()
+	e.op, err = operatortest.Start(operatortest.Config{
+		Name:       "autoscaling",
+		Bin:        bin,
+		Kubeconfig: id.Kubeconfig,
+		LogPath:    filepath.Join(e.Dir, "operator.log"),
+		Args:       []string{"--metrics-bind-address=0", "--leader-elect=false"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	cleanup(e.op.Kill)
+	if err := e.op.WaitReady(ctx, 60*time.Second); err != nil {
+		return e, err
+	}
+	e.Step(t0, "operator ready (log: %s)", e.op.LogPath())
+	return e, nil
+}
