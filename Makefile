@@ -68,8 +68,8 @@ golden: ## Rewrite the golden render files after a deliberate change to channels
 ##@ Local cluster
 
 .PHONY: cluster-up
-cluster-up: tools ## Start the local full control plane (etcd, apiserver, controller-manager, scheduler, kwok nodes).
-	SWA_BIN_DIR=$(TOOLS_BIN) go run ./tests/cluster/cmd/localcluster up
+cluster-up: tools ## Start the local full control plane (etcd, apiserver, controller-manager, scheduler, kwok nodes); AUDIT=1: with an audit log of every write.
+	SWA_BIN_DIR=$(TOOLS_BIN) go run ./tests/cluster/cmd/localcluster up $(if $(filter 1,$(AUDIT)),--audit-log)
 
 .PHONY: cluster-down
 cluster-down: ## Stop the local control plane; nothing of it stays running.

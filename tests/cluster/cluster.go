@@ -77,6 +77,11 @@ type Options struct {
 	// to the embedded standard ones (kwok-stages.yaml).
 	ExtraKwokStages []string
 	LogWriter       io.Writer // progress and timings; default io.Discard
+	// AuditLog makes kube-apiserver write an audit log to Dir/audit.log
+	// (Cluster.AuditLogPath): Metadata level for every write (create,
+	// update, patch, delete, deletecollection), nothing for reads. Fault
+	// tests judge what a client wrote from it (tests/kit ReadAudit).
+	AuditLog bool
 }
 
 // Cluster is a running local control plane.
@@ -92,6 +97,13 @@ type Cluster struct {
 	restCfg *rest.Config
 	tempDir bool
 	log     io.Writer
+
+	// For Restart (faults.go): how components are started and when each is
+	// ready again.
+	binDir   string
+	detach   bool
+	auditLog string
+	ready    map[string]func(context.Context) bool
 }
 
 // RESTConfig returns a copy of the admin client configuration.
@@ -143,7 +155,8 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	c := &Cluster{Dir: opts.Dir, Profile: opts.Profile, PIDs: map[string]int{}, log: opts.LogWriter}
+	c := &Cluster{Dir: opts.Dir, Profile: opts.Profile, PIDs: map[string]int{}, log: opts.LogWriter,
+		binDir: opts.BinDir, detach: opts.Detach, ready: map[string]func(context.Context) bool{}}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "swa-cluster-"); err != nil {
 			return nil, err
@@ -185,8 +198,16 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}
 	c.Kubeconfig = filepath.Join(c.Dir, "admin.kubeconfig")
+	// extraArgs are appended to a component's flags (options such as
+	// AuditLog).
+	extraArgs := map[string][]string{}
+	if opts.AuditLog {
+		if extraArgs[APIServer], err = c.auditArgs(); err != nil {
+			return nil, err
+		}
+	}
 	start := func(name string, args ...string) error {
-		p, err := startProc(c.Dir, opts.BinDir, name, opts.Detach, args)
+		p, err := startProc(c.Dir, opts.BinDir, name, opts.Detach, append(args, extraArgs[name]...))
 		if err != nil {
 			return err
 		}
@@ -211,6 +232,7 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	plain := &http.Client{Timeout: 2 * time.Second}
+	c.ready[Etcd] = func(ctx context.Context) bool { return httpOK(ctx, plain, etcdURL+"/health") }
 	if err := c.waitComponent(ctx, Etcd, "etcd /health", 30*time.Second, func(ctx context.Context) (bool, error) {
 		return httpOK(ctx, plain, etcdURL+"/health"), nil
 	}); err != nil {
@@ -250,6 +272,7 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	c.ready[APIServer] = func(ctx context.Context) bool { return httpOK(ctx, verified, server+"/readyz") }
 	c.ReadyzAfter = time.Since(t0)
 	fmt.Fprintf(c.log, "cluster: start to kube-apiserver /readyz: %s\n", c.ReadyzAfter.Round(time.Millisecond))
 
@@ -333,6 +356,7 @@ func (c *Cluster) startFull(ctx context.Context, opts Options, pki *pki, client 
 		port int
 	}{{ControllerManager, kcmPort}, {Scheduler, schedPort}} {
 		url := fmt.Sprintf("https://127.0.0.1:%d/healthz", h.port)
+		c.ready[h.name] = func(ctx context.Context) bool { return httpOK(ctx, https, url) }
 		if err := c.waitComponent(ctx, h.name, h.name+" /healthz", 60*time.Second, func(ctx context.Context) (bool, error) {
 			return httpOK(ctx, https, url), nil
 		}); err != nil {

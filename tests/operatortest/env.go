@@ -38,6 +38,8 @@ type Options struct {
 	Name string
 	// ExtraKwokStages are passed to the cluster (cluster.Options).
 	ExtraKwokStages []string
+	// AuditLog: the API server logs every write (cluster.Options.AuditLog).
+	AuditLog bool
 }
 
 // Env is a full local cluster with the CRD installed, admin clients, the
@@ -99,6 +101,7 @@ func Setup(ctx context.Context, opts Options, cleanup func(func())) (*Env, error
 		Profile:         cluster.ProfileFull,
 		ExtraKwokStages: opts.ExtraKwokStages,
 		LogWriter:       e.logw,
+		AuditLog:        opts.AuditLog,
 	})
 	if err != nil {
 		_, _ = e.operatorBin()
