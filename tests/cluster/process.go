@@ -23,7 +23,7 @@ const (
 type proc struct {
 	name string // also the binary name and the log file name
 	pid  int
-	args []string // its flags, to start it again (Cluster.Restart)
+	args []string      // its flags, to start it again (Cluster.Restart)
 	done chan struct{} // closed once the child has been reaped
 }
 
