@@ -50,6 +50,10 @@ test: tools ## Run every test: unit, golden, integration (envtest) and end to en
 	# tests/promql is a module of its own (Prometheus' PromQL parser stays out of go.mod): ./... does not reach it.
 	cd tests/promql && go test -count=1 ./...
 
+.PHONY: chaos
+chaos: tools ## Fault-injection suite at full size (tests/chaos; make test runs it reduced): crashes, field fight, leader split-brain, judged from the audit log.
+	SWA_CHAOS_FULL=1 SWA_BIN_DIR=$(TOOLS_BIN) go test -count=1 -timeout 90m -v ./tests/chaos/
+
 .PHONY: test-webserver
 test-webserver: ## Serve each package's rendered nginx config with a real nginx (installs Debian's nginx-light if missing; CI runs it).
 	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || { \
