@@ -8,7 +8,9 @@ import (
 	"sync"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -79,8 +81,26 @@ func TestInventoryRecordedBeforeCreate(t *testing.T) {
 
 	create(t, newWebApp(ns, "inv", 1, "first"))
 	rolledOutAndReady(t, ns, "inv")
+	first := deployment(t, ns, "inv", "Deployment of inv", func(*appsv1.Deployment) (bool, string) { return true, "" })
 	update(t, ns, "inv", func(s *webappv1.SimpleWebApp) { s.Spec.Message = "second" })
-	final := rolledOutAndReady(t, ns, "inv")
+	markRolledOut(t, deployment(t, ns, "inv", "Deployment of inv with the new message", func(d *appsv1.Deployment) (bool, string) {
+		return d.Generation > first.Generation, fmt.Sprintf("generation %d", d.Generation)
+	}))
+	final := waitCondition(t, ns, "inv", webappv1.ConditionReady, metav1.ConditionTrue, "Available")
+	// Pruned: the first message's ConfigMap leaves the inventory.
+	oldContent := ""
+	for _, v := range first.Spec.Template.Spec.Volumes {
+		if v.Name == "content" && v.ConfigMap != nil {
+			oldContent = v.ConfigMap.Name
+		}
+	}
+	kit.WaitFor(t, timeout, "ConfigMap "+oldContent+" pruned from status.inventory", func(context.Context) (bool, string) {
+		if err := get(t, ns, "inv", final); err != nil {
+			return false, err.Error()
+		}
+		listed := slices.ContainsFunc(final.Status.Inventory, func(r webappv1.ObjectReference) bool { return r.Name == oldContent })
+		return !listed, fmt.Sprint(final.Status.Inventory)
+	})
 	kit.WaitFor(t, timeout, "the watch to reach the SimpleWebApp's last version", func(context.Context) (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
