@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -194,6 +195,15 @@ func TestFightBackoff(t *testing.T) {
 	}
 	if last == nil || !strings.Contains(last.Error(), `"fighter"`) || reasonOf(last) != "" && reasonOf(last) != webappv1.ReasonFieldConflict {
 		t.Errorf("fight reported as %v", last)
+	}
+	// A refused correction says when it may go: the reconcile comes back
+	// then, not after the rate limiter's backoff, which grows with every
+	// failure of the fight (the object would stay wrong for minutes after
+	// the other manager stopped).
+	ok, err := f.correct(key, "Deployment", "x-web", "fighter", now.Add(10*time.Second))
+	var se *StepError
+	if ok || !errors.As(err, &se) || se.RetryAfter <= 0 || se.RetryAfter > fightMaxBackoff {
+		t.Errorf("a correction during the backoff: %v, %v; want refused with a RetryAfter within (0, %s]", ok, err, fightMaxBackoff)
 	}
 	f.settled(key, now.Add(time.Hour))
 	if ok, err := f.correct(key, "Deployment", "x-web", "fighter", now.Add(time.Hour)); !ok || err != nil {

@@ -60,11 +60,13 @@ func (f *fights) correct(key objectKey, kind, name, manager string, now time.Tim
 	fightErr := &StepError{Reason: webappv1.ReasonFieldConflict,
 		Message: kind + " " + name + ": " + who + " keeps changing fields the operator owns; re-applying with backoff (at most every " + fightMaxBackoff.String() + ")"}
 	if now.Before(st.next) {
+		fightErr.RetryAfter = st.next.Sub(now)
 		return false, fightErr
 	}
 	st.backoff = min(max(2*st.backoff, time.Second), fightMaxBackoff)
 	st.next = now.Add(st.backoff)
 	st.corrections = append(st.corrections, now)
+	fightErr.RetryAfter = st.backoff
 	return true, fightErr
 }
 
