@@ -152,7 +152,11 @@ func TestFieldFight(t *testing.T) {
 	if theirs < int(secs*5) {
 		t.Errorf("the rival applied only %d times in %.1f s: no fight at 10/s to judge (errors: %v)", theirs, secs, applyErrs)
 	}
-	if opRate > 1 {
-		t.Errorf("the operator wrote the Deployment %d times in %.1f s (%.2f/s), want at most 1/s:\n%s", len(opWrites), secs, opRate, kit.FormatAudit(opWrites, 40))
+	// Judged once the fight is known: the first three corrections of a
+	// window go at once by design (each is up to three requests: apply,
+	// take-over of the other manager's fields, apply).
+	if steadyRate > 1 {
+		t.Errorf("once the fight was reported the operator wrote the Deployment %d times in %.1f s (%.2f/s), want at most 1/s:\n%s",
+			steady.Count(events), fightEnd.Sub(reported).Seconds(), steadyRate, kit.FormatAudit(opWrites, 40))
 	}
 }
