@@ -123,6 +123,8 @@ func main() {
 	if leaderElect {
 		fence := controllers.NewLeaseFence(renewDeadline)
 		leaderCfg = rest.CopyConfig(cfg)
+		// JSON, so the fence can read the Lease holder from the answers.
+		leaderCfg.ContentType, leaderCfg.AcceptContentTypes = "application/json", "application/json"
 		leaderCfg.Wrap(fence.Observe)
 		cfg.Wrap(fence.Guard)
 	}

@@ -60,8 +60,10 @@ func (f *LeaseFence) Observe(rt http.RoundTripper) http.RoundTripper {
 				HolderIdentity *string `json:"holderIdentity"`
 			} `json:"spec"`
 		}
-		// A release writes an empty holder: that ends writing, not extends it.
-		if json.Unmarshal(body, &lease) == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "" {
+		// A release writes an empty holder: that ends writing, not extends
+		// it. An answer that is not JSON (main.go asks for JSON) counts as a
+		// renew: only the elector writes the Lease through this client.
+		if json.Unmarshal(body, &lease) != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != "" {
 			f.mu.Lock()
 			f.renewed = sent
 			f.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -60,11 +61,18 @@ func TestLeaderSplitBrain(t *testing.T) {
 		ops[name] = e.start(name, id, nil, args...)
 	}
 
+	diag := kit.Diag(func() string {
+		var b strings.Builder
+		for name, op := range ops {
+			fmt.Fprintf(&b, "--- %s log tail ---\n%s\n", name, op.LogTail(20))
+		}
+		return b.String()
+	})
 	names := e.createApps(ctx, ns, apps, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](1), Message: "v0"})
 	stable := kit.ChannelVersion(t, "stable")
 	kit.WaitFor(t, 2*time.Minute, "every SimpleWebApp Ready under the first leader", func(ctx context.Context) (bool, string) {
 		return converged(ctx, e.C, ns, stable)
-	}, kit.Every(200*time.Millisecond))
+	}, kit.Every(200*time.Millisecond), diag)
 
 	// The leader: the replica whose user wrote the Lease successfully.
 	leaseWrites := func(user string, events []kit.AuditEvent) []kit.AuditEvent {
@@ -153,7 +161,7 @@ func TestLeaderSplitBrain(t *testing.T) {
 	wg.Wait()
 	kit.WaitFor(t, 2*time.Minute, "every SimpleWebApp converged under the new leader", func(ctx context.Context) (bool, string) {
 		return converged(ctx, e.C, ns, stable)
-	}, kit.Every(200*time.Millisecond))
+	}, kit.Every(200*time.Millisecond), diag)
 
 	events := e.audit()
 	newFirst := kit.AuditFilter{User: ids[follower].User(), Verbs: kit.WriteVerbs, Succeeded: true, From: stopped}.Filter(events)
