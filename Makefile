@@ -60,6 +60,10 @@ test: tools ## Run every test: unit, golden, integration (envtest) and end to en
 	# tests/promql is a module of its own (Prometheus' PromQL parser stays out of go.mod): ./... does not reach it.
 	cd tests/promql && go test -count=1 ./...
 
+.PHONY: chaos
+chaos: tools ## Fault-injection suite at full size (tests/chaos; make test runs it reduced): crashes, field fight, leader split-brain, judged from the audit log.
+	SWA_CHAOS_FULL=1 SWA_BIN_DIR=$(TOOLS_BIN) go test -count=1 -timeout 90m -v ./tests/chaos/
+
 .PHONY: test-webserver
 test-webserver: ## Serve each package's rendered nginx config with a real nginx (installs Debian's nginx-light if missing; CI runs it).
 	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || { \
@@ -78,10 +82,10 @@ golden: ## Rewrite the golden render files after a deliberate change to channels
 ##@ Local cluster
 
 .PHONY: cluster-up
-# CLUSTER_UP_FLAGS: more flags of `localcluster up`, e.g. --metrics (metrics-server, for HPAs).
+# CLUSTER_UP_FLAGS: more flags of `localcluster up`, e.g. --metrics (metrics-server, for HPAs); AUDIT=1 adds --audit-log.
 CLUSTER_UP_FLAGS ?=
-cluster-up: tools ## Start the local full control plane (etcd, apiserver, controller-manager, scheduler, kwok nodes); CLUSTER_UP_FLAGS=--metrics adds metrics-server.
-	SWA_BIN_DIR=$(TOOLS_BIN) go run ./hack/localcluster up $(CLUSTER_UP_FLAGS)
+cluster-up: tools ## Start the local full control plane (etcd, apiserver, controller-manager, scheduler, kwok nodes); CLUSTER_UP_FLAGS=--metrics adds metrics-server, AUDIT=1 an audit log of every write.
+	SWA_BIN_DIR=$(TOOLS_BIN) go run ./hack/localcluster up $(CLUSTER_UP_FLAGS) $(if $(filter 1,$(AUDIT)),--audit-log)
 
 .PHONY: cluster-down
 cluster-down: ## Stop the local control plane; nothing of it stays running.

@@ -139,6 +139,17 @@ func main() {
 	ctx := ctrl.SetupSignalHandler()
 	cfg := ctrl.GetConfigOrDie()
 	exitAfterWrites(cfg)
+	// A leader paused past its Lease (SIGSTOP, a frozen node) must not write
+	// when it runs again: see controllers.LeaseFence.
+	var leaderCfg *rest.Config
+	if leaderElect {
+		fence := controllers.NewLeaseFence(renewDeadline)
+		leaderCfg = rest.CopyConfig(cfg)
+		// JSON, so the fence can read the Lease holder from the answers.
+		leaderCfg.ContentType, leaderCfg.AcceptContentTypes = "application/json", "application/json"
+		leaderCfg.Wrap(fence.Observe)
+		cfg.Wrap(fence.Guard)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
@@ -146,6 +157,7 @@ func main() {
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "simplewebapp-operator.example.com",
 		LeaderElectionNamespace: leaderElectNS,
+		LeaderElectionConfig:    leaderCfg,
 		LeaseDuration:           &leaseDuration,
 		RenewDeadline:           &renewDeadline,
 		RetryPeriod:             &retryPeriod,

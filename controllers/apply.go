@@ -208,7 +208,7 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 	needs := force || changed || drifted
 	partialNeeded := partial != nil && (force || !contains(liveU.Object, partial.Object) || !hasManager(live.GetManagedFields(), HandoffManager))
 	if !needs && !partialNeeded {
-		a.fights.settled(key)
+		a.fights.settled(key, time.Now())
 		return live, nil
 	}
 	var fightErr error

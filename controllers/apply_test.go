@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -177,9 +178,13 @@ func TestFightBackoff(t *testing.T) {
 	writes := 0
 	var last error
 	for i := range 100 { // another manager changes the object 10 times a second for 10 s
-		ok, err := f.correct(key, "Deployment", "x-web", "fighter", now.Add(time.Duration(i)*100*time.Millisecond))
+		at := now.Add(time.Duration(i) * 100 * time.Millisecond)
+		ok, err := f.correct(key, "Deployment", "x-web", "fighter", at)
 		if ok {
 			writes++
+			// The operator's own write comes back through the cache: the
+			// object is as rendered until the other manager changes it again.
+			f.settled(key, at.Add(20*time.Millisecond))
 		}
 		if err != nil {
 			last = err
@@ -191,7 +196,16 @@ func TestFightBackoff(t *testing.T) {
 	if last == nil || !strings.Contains(last.Error(), `"fighter"`) || reasonOf(last) != "" && reasonOf(last) != webappv1.ReasonFieldConflict {
 		t.Errorf("fight reported as %v", last)
 	}
-	f.settled(key)
+	// A refused correction says when it may go: the reconcile comes back
+	// then, not after the rate limiter's backoff, which grows with every
+	// failure of the fight (the object would stay wrong for minutes after
+	// the other manager stopped).
+	ok, err := f.correct(key, "Deployment", "x-web", "fighter", now.Add(10*time.Second))
+	var se *StepError
+	if ok || !errors.As(err, &se) || se.RetryAfter <= 0 || se.RetryAfter > fightMaxBackoff {
+		t.Errorf("a correction during the backoff: %v, %v; want refused with a RetryAfter within (0, %s]", ok, err, fightMaxBackoff)
+	}
+	f.settled(key, now.Add(time.Hour))
 	if ok, err := f.correct(key, "Deployment", "x-web", "fighter", now.Add(time.Hour)); !ok || err != nil {
 		t.Errorf("after settling a correction is immediate again: %v %v", ok, err)
 	}

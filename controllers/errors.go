@@ -3,6 +3,7 @@ package controllers
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
@@ -16,6 +17,10 @@ type StepError struct {
 	Reason   string
 	Message  string
 	Terminal bool
+	// RetryAfter, when set, is a known wait (a field fight's backoff): the
+	// reconcile is retried after it, not by the rate limiter, whose delay
+	// grows with every failure (up to minutes after a long fight).
+	RetryAfter time.Duration
 }
 
 func (e *StepError) Error() string { return e.Reason + ": " + e.Message }

@@ -60,19 +60,31 @@ func (f *fights) correct(key objectKey, kind, name, manager string, now time.Tim
 	fightErr := &StepError{Reason: webappv1.ReasonFieldConflict,
 		Message: kind + " " + name + ": " + who + " keeps changing fields the operator owns; re-applying with backoff (at most every " + fightMaxBackoff.String() + ")"}
 	if now.Before(st.next) {
+		fightErr.RetryAfter = st.next.Sub(now)
 		return false, fightErr
 	}
 	st.backoff = min(max(2*st.backoff, time.Second), fightMaxBackoff)
 	st.next = now.Add(st.backoff)
 	st.corrections = append(st.corrections, now)
+	fightErr.RetryAfter = st.backoff
 	return true, fightErr
 }
 
-// settled forgets a fight once the object is as rendered.
-func (f *fights) settled(key objectKey) {
+// settled forgets a fight once the object is as rendered and has not been
+// corrected for fightWindow. Right after each correction the object is as
+// rendered too (the operator's own write comes back through the cache):
+// forgetting the fight then would reset the backoff on every round, and a
+// fight at 10 changes a second would be answered at full speed.
+func (f *fights) settled(key objectKey, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.m, key)
+	st := f.m[key]
+	if st == nil {
+		return
+	}
+	if n := len(st.corrections); n == 0 || now.Sub(st.corrections[n-1]) > fightWindow {
+		delete(f.m, key)
+	}
 }
 
 // lastForeignManager is the foreign field manager that wrote last (outside

@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
@@ -123,6 +124,15 @@ func (r *SimpleWebAppReconciler) apply(ctx context.Context, swa *webappv1.Simple
 		}
 	}
 	o.inventory = inv
+	// Record the names before creating the objects: a crash between a
+	// create and the status write at the end would otherwise leave an
+	// object that no inventory lists, which nothing would ever prune.
+	if wrote, err := r.recordInventory(ctx, swa, inv); err != nil {
+		o.failure, o.staleRead = asStepError(err, webappv1.ReasonApplyFailed), isStaleRead(err)
+		return false
+	} else if wrote {
+		o.writes++
+	}
 	res, err := r.Applier.Apply(ctx, swa, rendered, force)
 	o.writes += res.writes
 	o.takenOver = append(o.takenOver, res.takenOver...)
@@ -179,4 +189,30 @@ func (r *SimpleWebAppReconciler) cachedWorkload(ctx context.Context, swa *webapp
 		return nil
 	}
 	return d
+}
+
+// recordInventory writes status.inventory = inv, with the resourceVersion
+// as a precondition, when inv names objects that the recorded inventory
+// does not. It changes nothing else in the status.
+func (r *SimpleWebAppReconciler) recordInventory(ctx context.Context, swa *webappv1.SimpleWebApp, inv []webappv1.ObjectReference) (bool, error) {
+	missing := false
+	for _, ref := range inv {
+		if !slices.Contains(swa.Status.Inventory, ref) {
+			missing = true
+		}
+	}
+	if !missing {
+		return false, nil
+	}
+	before := swa.DeepCopy()
+	swa.Status.Inventory = slices.Clone(inv)
+	if err := r.Client.Status().Patch(ctx, swa, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		swa.Status = before.Status
+		if apierrors.IsConflict(err) {
+			return false, errStaleRead
+		}
+		return false, objectError(err, "SimpleWebApp", swa.Name, "inventory status write")
+	}
+	r.rememberStatus(swa)
+	return true, nil
 }

@@ -107,6 +107,9 @@ func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	r.recordEvents(before, swa, o)
 	recordMetrics(before, swa, o)
 	if o.failure != nil && !o.failure.Terminal {
+		if o.failure.RetryAfter > 0 {
+			return ctrl.Result{RequeueAfter: o.failure.RetryAfter}, nil
+		}
 		return ctrl.Result{}, o.failure // retried with backoff
 	}
 	if o.waitingForUpgrade != "" {

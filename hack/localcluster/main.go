@@ -3,6 +3,7 @@
 //
 //	localcluster up [--profile full|api] [--nodes 3]  start it detached, print the kubeconfig path
 //	                [--metrics]                       with metrics-server: HPAs scale on kwok's emulated CPU use
+//	                [--audit-log]                     the API server logs every write to <state>/audit.log (Metadata level)
 //	localcluster down                                 stop it and remove its state
 //	localcluster status                               tell whether it is up (exit 3 when down)
 //	localcluster kubeconfig                           print the kubeconfig path
@@ -56,7 +57,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: localcluster up [--profile full|api] [--nodes N] [--metrics] | down | status | kubeconfig")
+	fmt.Fprintln(os.Stderr, "usage: localcluster up [--profile full|api] [--nodes N] [--metrics] [--audit-log] | down | status | kubeconfig")
 	os.Exit(2)
 }
 
@@ -96,6 +97,7 @@ func up(args []string) error {
 	profile := fl.String("profile", cluster.ProfileFull, "full (controllers, scheduler, kwok nodes) or api (etcd + apiserver)")
 	nodes := fl.Int("nodes", 3, "number of kwok nodes (profile full)")
 	metrics := fl.Bool("metrics", false, "run metrics-server (profile full): HorizontalPodAutoscalers scale on the CPU use set by the pod annotation "+cluster.UsageCPUAnnotation)
+	audit := fl.Bool("audit-log", false, "the API server writes every write request (Metadata level) to audit.log in the state directory")
 	_ = fl.Parse(args)
 
 	old, err := stateDir()
@@ -126,7 +128,7 @@ func up(args []string) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Options{
-		Profile: *profile, Nodes: *nodes, Metrics: *metrics, Dir: dir, Detach: true, LogWriter: os.Stderr,
+		Profile: *profile, Nodes: *nodes, Metrics: *metrics, Dir: dir, Detach: true, LogWriter: os.Stderr, AuditLog: *audit,
 	})
 	if err != nil {
 		// Start stopped what it had started. Keep the logs in dir for a look,
@@ -147,6 +149,9 @@ func up(args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, "local cluster (%s) up: /readyz after %s, ready after %s; logs in %s\n",
 		*profile, c.ReadyzAfter.Round(time.Millisecond), c.ReadyAfter.Round(time.Millisecond), dir)
+	if *audit {
+		fmt.Fprintf(os.Stderr, "audit log: %s\n", c.AuditLogPath())
+	}
 	fmt.Println(kubeconfig) // stdout: only the path, for KUBECONFIG=$(localcluster up)
 	return nil
 }

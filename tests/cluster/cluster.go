@@ -88,6 +88,11 @@ type Options struct {
 	// --horizontal-pod-autoscaler-downscale-stabilization; zero keeps its
 	// defaults (15s and 5m).
 	HPASyncPeriod, HPADownscaleStabilization time.Duration
+	// AuditLog makes kube-apiserver write an audit log to Dir/audit.log
+	// (Cluster.AuditLogPath): Metadata level for every write (create,
+	// update, patch, delete, deletecollection), nothing for reads. Fault
+	// tests judge what a client wrote from it (tests/kit ReadAudit).
+	AuditLog bool
 }
 
 // Cluster is a running local control plane.
@@ -103,6 +108,13 @@ type Cluster struct {
 	restCfg *rest.Config
 	tempDir bool
 	log     io.Writer
+
+	// For Restart (faults.go): how components are started and when each is
+	// ready again.
+	binDir   string
+	detach   bool
+	auditLog string
+	ready    map[string]func(context.Context) bool
 }
 
 // RESTConfig returns a copy of the admin client configuration.
@@ -157,7 +169,8 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 			return nil, err
 		}
 	}
-	c := &Cluster{Dir: opts.Dir, Profile: opts.Profile, PIDs: map[string]int{}, log: opts.LogWriter}
+	c := &Cluster{Dir: opts.Dir, Profile: opts.Profile, PIDs: map[string]int{}, log: opts.LogWriter,
+		binDir: opts.BinDir, detach: opts.Detach, ready: map[string]func(context.Context) bool{}}
 	if c.Dir == "" {
 		if c.Dir, err = os.MkdirTemp("", "swa-cluster-"); err != nil {
 			return nil, err
@@ -205,8 +218,16 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}
 	c.Kubeconfig = filepath.Join(c.Dir, "admin.kubeconfig")
+	// extraArgs are appended to a component's flags (options such as
+	// AuditLog).
+	extraArgs := map[string][]string{}
+	if opts.AuditLog {
+		if extraArgs[APIServer], err = c.auditArgs(); err != nil {
+			return nil, err
+		}
+	}
 	start := func(name string, args ...string) error {
-		p, err := startProc(c.Dir, opts.BinDir, name, opts.Detach, args)
+		p, err := startProc(c.Dir, opts.BinDir, name, opts.Detach, append(args, extraArgs[name]...))
 		if err != nil {
 			return err
 		}
@@ -231,6 +252,7 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	plain := &http.Client{Timeout: 2 * time.Second}
+	c.ready[Etcd] = func(ctx context.Context) bool { return httpOK(ctx, plain, etcdURL+"/health") }
 	if err := c.waitComponent(ctx, Etcd, "etcd /health", 30*time.Second, func(ctx context.Context) (bool, error) {
 		return httpOK(ctx, plain, etcdURL+"/health"), nil
 	}); err != nil {
@@ -274,6 +296,7 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	c.ready[APIServer] = func(ctx context.Context) bool { return httpOK(ctx, verified, server+"/readyz") }
 	c.ReadyzAfter = time.Since(t0)
 	fmt.Fprintf(c.log, "cluster: start to kube-apiserver /readyz: %s\n", c.ReadyzAfter.Round(time.Millisecond))
 
@@ -369,6 +392,7 @@ func (c *Cluster) startFull(ctx context.Context, opts Options, pki *pki, mpki *m
 		port int
 	}{{ControllerManager, kcmPort}, {Scheduler, schedPort}} {
 		url := fmt.Sprintf("https://127.0.0.1:%d/healthz", h.port)
+		c.ready[h.name] = func(ctx context.Context) bool { return httpOK(ctx, https, url) }
 		if err := c.waitComponent(ctx, h.name, h.name+" /healthz", 60*time.Second, func(ctx context.Context) (bool, error) {
 			return httpOK(ctx, https, url), nil
 		}); err != nil {

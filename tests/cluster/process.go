@@ -23,6 +23,7 @@ const (
 type proc struct {
 	name string // also the binary name and the log file name
 	pid  int
+	args []string      // its flags, to start it again (Cluster.Restart)
 	done chan struct{} // closed once the child has been reaped
 }
 
@@ -48,7 +49,7 @@ func startProc(dir, binDir, name string, detach bool, args []string) (*proc, err
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, pid: cmd.Process.Pid, done: make(chan struct{})}
+	p := &proc{name: name, pid: cmd.Process.Pid, args: args, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait() // reap, so that a stopped child is really gone
 		close(p.done)

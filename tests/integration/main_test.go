@@ -32,8 +32,10 @@ import (
 )
 
 var (
-	k8s    client.Client // admin client, uncached
-	scheme = runtime.NewScheme()
+	k8s client.Client // admin client, uncached
+	// adminCfg is k8s's configuration, for the tests that watch.
+	adminCfg *rest.Config
+	scheme   = runtime.NewScheme()
 	// channelsDir is the operator's --channels-dir: tests write channels and
 	// packages into it while the operator runs.
 	channelsDir kit.Tree
@@ -72,6 +74,7 @@ func run(m *testing.M) int {
 	defer env.Stop() //nolint:errcheck
 	fmt.Fprintf(os.Stderr, "envtest started in %s\n", time.Since(t0).Round(time.Millisecond))
 
+	adminCfg = cfg
 	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

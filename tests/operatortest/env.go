@@ -45,6 +45,8 @@ type Options struct {
 	// the cluster (cluster.Options): metrics-server for real autoscaling.
 	Metrics                                  bool
 	HPASyncPeriod, HPADownscaleStabilization time.Duration
+	// AuditLog: the API server logs every write (cluster.Options.AuditLog).
+	AuditLog bool
 }
 
 // Env is a full local cluster with the CRD installed, admin clients, the
@@ -110,6 +112,7 @@ func Setup(ctx context.Context, opts Options, cleanup func(func())) (*Env, error
 
 		HPASyncPeriod:             opts.HPASyncPeriod,
 		HPADownscaleStabilization: opts.HPADownscaleStabilization,
+		AuditLog:                  opts.AuditLog,
 	})
 	if err != nil {
 		_, _ = e.operatorBin()

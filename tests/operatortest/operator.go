@@ -29,6 +29,9 @@ type Config struct {
 	// from the operator's environment, so that it does not take itself for
 	// a pod when the tests run in one.
 	OutOfCluster bool
+	// Env are more environment variables (KEY=value) for the operator, for
+	// example a test-only failpoint (SWA_TEST_EXIT_AFTER_WRITES).
+	Env []string
 }
 
 // Operator is a running (or exited) operator process.
@@ -66,6 +69,12 @@ func Start(cfg Config) (*Operator, error) {
 		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
 			return strings.HasPrefix(kv, "KUBERNETES_SERVICE_HOST=") || strings.HasPrefix(kv, "KUBERNETES_SERVICE_PORT=")
 		})
+	}
+	if len(cfg.Env) > 0 {
+		if cmd.Env == nil {
+			cmd.Env = os.Environ()
+		}
+		cmd.Env = append(cmd.Env, cfg.Env...)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
