@@ -53,6 +53,7 @@ func main() {
 		upgrades      int
 		shard         string
 		watchNS       string
+		pprofAddr     string
 	)
 	// Our own flag set: imported packages (kdp's loaders) register global flags
 	// this operator does not use. controller-runtime's --kubeconfig is kept.
@@ -79,6 +80,7 @@ func main() {
 	flags.IntVar(&upgrades, "max-concurrent-upgrades", 20, "SimpleWebApps rolling out a new version at once, when a channel moves; the others keep their running version until a slot frees up. 0: unbounded.")
 	flags.StringVar(&shard, "watch-label-selector", "", "Reconcile only the SimpleWebApps this label selector matches, e.g. sharding.simplewebapp.example.com/key=shard1 (one operator Deployment per shard) or 'sharding.simplewebapp.example.com/key notin (shard1,shard2)' for the rest.")
 	flags.StringVar(&watchNS, "watch-namespaces", "", "Comma-separated namespaces whose SimpleWebApps are reconciled (cache and watches only there), so the operator needs rights only there (Roles, see config/namespaced). Empty: every namespace.")
+	flags.StringVar(&pprofAddr, "pprof-bind-address", "", "Address of Go's /debug/pprof endpoints (heap profiles for the benchmark); empty disables them.")
 	flags.DurationVar(&stuckAfter, "stuck-reconcile-timeout", 5*time.Minute, "/healthz fails (and the liveness probe restarts the operator) while a reconcile has run for longer than this.")
 	zapOpts := zap.Options{Development: false}
 	zapOpts.BindFlags(flags)
@@ -130,6 +132,7 @@ func main() {
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "simplewebapp-operator.example.com",
 		LeaderElectionNamespace: leaderElectNS,

@@ -96,6 +96,9 @@ type Options struct {
 	// and 100).
 	SchedulerQPS   float32
 	SchedulerBurst int
+	// APIServerArgs are more kube-apiserver flags, e.g. an audit policy
+	// (hack/bench counts requests by user from the audit log).
+	APIServerArgs []string
 }
 
 // DefaultServiceCIDR is the Service IP range unless Options.ServiceCIDR says
@@ -215,7 +218,7 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	c.Kubeconfig = filepath.Join(c.Dir, "admin.kubeconfig")
 	start := func(name string, args ...string) error {
-		p, err := startProc(c.Dir, opts.BinDir, name, opts.Detach, append(args, throttleFlags(opts)[name]...))
+		p, err := startProc(c.Dir, opts.BinDir, name, opts.Detach, append(args, extraFlags(opts)[name]...))
 		if err != nil {
 			return err
 		}
@@ -415,10 +418,11 @@ func fakeNode(name string, pods int) *corev1.Node {
 	}
 }
 
-// throttleFlags are the client throttle flags of the components that
-// Options set.
-func throttleFlags(opts Options) map[string][]string {
+// extraFlags are the flags of the components that Options add: client
+// throttles, extra kube-apiserver flags.
+func extraFlags(opts Options) map[string][]string {
 	return map[string][]string{
+		APIServer:         opts.APIServerArgs,
 		ControllerManager: qpsFlags(opts.ControllerManagerQPS, opts.ControllerManagerBurst),
 		Scheduler:         qpsFlags(opts.SchedulerQPS, opts.SchedulerBurst),
 	}
