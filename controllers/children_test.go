@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -90,5 +91,43 @@ func TestChildEventsOnlyForThisShard(t *testing.T) {
 				t.Errorf("enqueued %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// The cache keeps SimpleWebApps without their field managers and kubectl's
+// copy of the spec; every other annotation stays.
+func TestTrimApp(t *testing.T) {
+	swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{
+		Annotations:   map[string]string{lastApplied: `{"spec":{}}`, webappv1.AnnotationReconcileRequestedAt: "now"},
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl"}, {Manager: ManagerName, Subresource: "status"}},
+	}}
+	out, err := trimApp(swa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*webappv1.SimpleWebApp)
+	if len(got.ManagedFields) != 0 || got.Annotations[lastApplied] != "" || got.Annotations[webappv1.AnnotationReconcileRequestedAt] != "now" {
+		t.Errorf("trimmed: managedFields %v, annotations %v", got.ManagedFields, got.Annotations)
+	}
+}
+
+// A shard selects its SimpleWebApps and still trims them.
+func TestWithShardKeepsTheTransform(t *testing.T) {
+	sel, err := labels.Parse("shard=a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := WithShard(CacheOptions(), sel)
+	n := 0
+	for o, by := range opts.ByObject {
+		if _, ok := o.(*webappv1.SimpleWebApp); ok {
+			n++
+			if by.Label == nil || by.Label.String() != "shard=a" || by.Transform == nil {
+				t.Errorf("SimpleWebApp cache: label %v, transform set %v", by.Label, by.Transform != nil)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d cache entries for SimpleWebApps, want 1", n)
 	}
 }
