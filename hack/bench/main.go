@@ -22,6 +22,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 type opts struct {
@@ -33,7 +36,7 @@ type opts struct {
 	out                                        string
 	skipBare, skipChannelMove, pprof, keep     bool
 	baselineChannelMove                        bool
-	operatorArgs                               string
+	operatorArgs, gomemlimit                   string
 }
 
 func logf(format string, args ...any) {
@@ -61,8 +64,10 @@ func main() {
 	flag.BoolVar(&o.pprof, "pprof", false, "save a heap profile of the operator after the restart (needs --pprof-bind-address, so not for a baseline)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the clusters' directories (logs, audit logs)")
 	flag.StringVar(&o.operatorArgs, "operator-args", "", "more flags for the operator (space-separated)")
+	flag.StringVar(&o.gomemlimit, "gomemlimit", "", "GOMEMLIMIT of the operator (not the baseline), e.g. 90MiB")
 	flag.Parse()
 	o.kcmQPS, o.schedQPS = float32(kcmQPS), float32(schedQPS)
+	ctrllog.SetLogger(logr.Discard()) // the bench's own clients: nothing to say
 	if o.podsPerNode == 0 {
 		o.podsPerNode = max(110, 2*o.n/o.nodes+50)
 	}
@@ -119,6 +124,7 @@ func run(ctx context.Context, o opts) error {
 			"creates in flight":                            fmt.Sprint(o.workers),
 			"quiet":                                        o.quiet.String(),
 			"operator args":                                o.operatorArgs,
+			"operator GOMEMLIMIT":                          o.gomemlimit,
 		},
 	}
 	logf("bench N=%d namespaces=%d baseline=%q; load average %s", o.n, o.namespaces, o.baseline, res.LoadBefore)

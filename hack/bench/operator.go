@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -49,7 +50,8 @@ type opResult struct {
 		FailedUpgrades int     `json:"failedUpgrades"`
 		Rollbacks      float64 `json:"rollbacksMetric"`
 	} `json:"channelMove,omitempty"`
-	HeapTop string `json:"heapTop,omitempty"`
+	HeapTop  string             `json:"heapTop,omitempty"`
+	MemStats map[string]float64 `json:"memStatsAfterRestart,omitempty"`
 }
 
 // runOperator measures one operator build on its own cluster: create N
@@ -69,6 +71,12 @@ func runOperator(ctx context.Context, dir, root, bin, name string, o opts, chann
 	args := []string{"--channels-dir=" + cdir, "--channels-poll-interval=1s"}
 	if name == "operator" && o.operatorArgs != "" {
 		args = append(args, strings.Fields(o.operatorArgs)...)
+	}
+	// The operator inherits the environment: GOMEMLIMIT as a Deployment
+	// would set it, for this build only.
+	os.Unsetenv("GOMEMLIMIT")
+	if name == "operator" && o.gomemlimit != "" {
+		os.Setenv("GOMEMLIMIT", o.gomemlimit)
 	}
 	op, err := startOperator(ctx, e, bin, name, pprof, args)
 	if err != nil {
@@ -150,6 +158,8 @@ func runOperator(ctx context.Context, dir, root, bin, name string, o opts, chann
 			logf("  heap profile: %v", err)
 		}
 		res.HeapTop = top
+		res.MemStats = op.memStats()
+		logf("  memory after the restart: %v", res.MemStats)
 	}
 
 	// A child's status change: a pod of app-0 goes away and comes back.

@@ -158,6 +158,32 @@ func (op *operator) reconciles() float64 {
 	return op.scrape("controller_runtime_reconcile_total", map[string]string{"controller": "simplewebapp"})
 }
 
+// memStats are the runtime.MemStats lines of the heap profile's debug text
+// (HeapInuse, HeapIdle, HeapReleased, Stack, Sys...): what RSS is made of.
+func (op *operator) memStats() map[string]float64 {
+	out := map[string]float64{}
+	if op.pprof == "" {
+		return out
+	}
+	resp, err := http.Get(op.pprof + "/heap?debug=1")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		var k string
+		var v float64
+		if n, _ := fmt.Sscanf(l, "# %s = %g", &k, &v); n == 2 {
+			switch k {
+			case "HeapAlloc", "HeapSys", "HeapIdle", "HeapInuse", "HeapReleased", "Stack", "Sys", "StackSys", "MSpanSys", "OtherSys", "GCSys":
+				out[k+"MiB"] = v / (1 << 20)
+			}
+		}
+	}
+	return out
+}
+
 // heapProfile saves a heap profile and returns `go tool pprof -top` of it.
 func (op *operator) heapProfile(path string) (string, error) {
 	if op.pprof == "" {
