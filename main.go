@@ -54,6 +54,7 @@ func main() {
 		shard         string
 		watchNS       string
 		pprofAddr     string
+		leaderElectID string
 	)
 	// Our own flag set: imported packages (kdp's loaders) register global flags
 	// this operator does not use. controller-runtime's --kubeconfig is kept.
@@ -70,6 +71,7 @@ func main() {
 	inCluster := runningInCluster()
 	flags.BoolVar(&leaderElect, "leader-elect", inCluster, "Elect a leader so only one of several replicas reconciles. Default: true when running in a pod (in-cluster config), else false.")
 	flags.StringVar(&leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
+	flags.StringVar(&leaderElectID, "leader-election-id", "simplewebapp-operator.example.com", "Name of the leader election Lease: one per shard (--watch-label-selector) when shards share a namespace.")
 	flags.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a Lease stays valid without renewal: when a leader dies without releasing it, another replica takes over after about this long.")
 	flags.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew its Lease before it gives up leadership (and exits).")
 	flags.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire, and the leader to renew, the Lease.")
@@ -134,7 +136,7 @@ func main() {
 		HealthProbeBindAddress:  probeAddr,
 		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
-		LeaderElectionID:        "simplewebapp-operator.example.com",
+		LeaderElectionID:        leaderElectID,
 		LeaderElectionNamespace: leaderElectNS,
 		LeaseDuration:           &leaseDuration,
 		RenewDeadline:           &renewDeadline,
