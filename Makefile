@@ -79,6 +79,17 @@ test-webserver: ## Serve each package's rendered nginx config with a real nginx 
 golden: ## Rewrite the golden render files after a deliberate change to channels/.
 	go test ./tests/golden/ -count=1 -update
 
+##@ Benchmark
+
+N          ?= 200
+NAMESPACES ?= 1
+BASELINE   ?=
+BENCH_ARGS ?=
+
+.PHONY: bench
+bench: tools ## Measure the operator against a bare SSA client on fresh local clusters (N, NAMESPACES, BASELINE=<git rev>, BENCH_ARGS); JSON in bench-results/.
+	SWA_BIN_DIR=$(TOOLS_BIN) go run ./hack/bench -n $(N) -namespaces $(NAMESPACES) -baseline '$(BASELINE)' $(BENCH_ARGS)
+
 ##@ Local cluster
 
 .PHONY: cluster-up

@@ -58,6 +58,8 @@ func main() {
 		upgrades      int
 		shard         string
 		watchNS       string
+		pprofAddr     string
+		leaderElectID string
 	)
 	// Our own flag set: imported packages (kdp's loaders) register global flags
 	// this operator does not use. controller-runtime's --kubeconfig is kept.
@@ -74,6 +76,7 @@ func main() {
 	inCluster := runningInCluster()
 	flags.BoolVar(&leaderElect, "leader-elect", inCluster, "Elect a leader so only one of several replicas reconciles. Default: true when running in a pod (in-cluster config), else false.")
 	flags.StringVar(&leaderElectNS, "leader-election-namespace", "", "Namespace of the leader election Lease (default: the pod's namespace).")
+	flags.StringVar(&leaderElectID, "leader-election-id", "simplewebapp-operator.example.com", "Name of the leader election Lease: one per shard (--watch-label-selector) when shards share a namespace.")
 	flags.DurationVar(&leaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long a Lease stays valid without renewal: when a leader dies without releasing it, another replica takes over after about this long.")
 	flags.DurationVar(&renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader keeps retrying to renew its Lease before it gives up leadership (and exits).")
 	flags.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire, and the leader to renew, the Lease.")
@@ -84,6 +87,7 @@ func main() {
 	flags.IntVar(&upgrades, "max-concurrent-upgrades", 20, "SimpleWebApps rolling out a new version at once, when a channel moves; the others keep their running version until a slot frees up. 0: unbounded.")
 	flags.StringVar(&shard, "watch-label-selector", "", "Reconcile only the SimpleWebApps this label selector matches, e.g. sharding.simplewebapp.example.com/key=shard1 (one operator Deployment per shard) or 'sharding.simplewebapp.example.com/key notin (shard1,shard2)' for the rest.")
 	flags.StringVar(&watchNS, "watch-namespaces", "", "Comma-separated namespaces whose SimpleWebApps are reconciled (cache and watches only there), so the operator needs rights only there (Roles, see config/namespaced). Empty: every namespace.")
+	flags.StringVar(&pprofAddr, "pprof-bind-address", "", "Address of Go's /debug/pprof endpoints (heap profiles for the benchmark); empty disables them.")
 	flags.DurationVar(&stuckAfter, "stuck-reconcile-timeout", 5*time.Minute, "/healthz fails (and the liveness probe restarts the operator) while a reconcile has run for longer than this.")
 	showVersion := flags.Bool("version", false, "Print the version, source revision and Go version, and exit.")
 	zapOpts := zap.Options{Development: false}
@@ -154,8 +158,9 @@ func main() {
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
-		LeaderElectionID:        "simplewebapp-operator.example.com",
+		LeaderElectionID:        leaderElectID,
 		LeaderElectionNamespace: leaderElectNS,
 		LeaderElectionConfig:    leaderCfg,
 		LeaseDuration:           &leaseDuration,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -27,8 +28,13 @@ import (
 //   - a Deployment's status change (a roll-out progressing): reconciled after
 //     statusDelay, so the many status updates of one roll-out make one status
 //     write. Other kinds' status is not reported, so it is ignored.
+//
+// Only SimpleWebApps in apps (the cache, which holds this shard's) are
+// enqueued: every shard caches every managed child, and a reconcile of
+// another shard's SimpleWebApp would only find it missing.
 type childEvents struct {
 	applier     *Applier
+	apps        client.Reader
 	statusDelay time.Duration
 }
 
@@ -36,8 +42,8 @@ type requestQueue = workqueue.TypedRateLimitingInterface[reconcile.Request]
 
 func (h *childEvents) Create(context.Context, event.TypedCreateEvent[client.Object], requestQueue) {}
 
-func (h *childEvents) Update(_ context.Context, e event.TypedUpdateEvent[client.Object], q requestQueue) {
-	req, ok := ownerRequest(e.ObjectNew)
+func (h *childEvents) Update(ctx context.Context, e event.TypedUpdateEvent[client.Object], q requestQueue) {
+	req, ok := h.owner(ctx, e.ObjectNew)
 	if !ok {
 		return
 	}
@@ -50,20 +56,34 @@ func (h *childEvents) Update(_ context.Context, e event.TypedUpdateEvent[client.
 	}
 }
 
-func (h *childEvents) Delete(_ context.Context, e event.TypedDeleteEvent[client.Object], q requestQueue) {
-	req, ok := ownerRequest(e.Object)
-	if !ok {
-		return
+func (h *childEvents) Delete(ctx context.Context, e event.TypedDeleteEvent[client.Object], q requestQueue) {
+	if _, ok := ownerRequest(e.Object); ok {
+		gvk, _ := kindOf(e.Object)
+		h.applier.Forget(gvk.Group, gvk.Kind, e.Object.GetNamespace(), e.Object.GetName())
 	}
-	gvk, _ := kindOf(e.Object)
-	h.applier.Forget(gvk.Group, gvk.Kind, e.Object.GetNamespace(), e.Object.GetName())
-	q.Add(req)
-}
-
-func (h *childEvents) Generic(_ context.Context, e event.TypedGenericEvent[client.Object], q requestQueue) {
-	if req, ok := ownerRequest(e.Object); ok {
+	if req, ok := h.owner(ctx, e.Object); ok {
 		q.Add(req)
 	}
+}
+
+func (h *childEvents) Generic(ctx context.Context, e event.TypedGenericEvent[client.Object], q requestQueue) {
+	if req, ok := h.owner(ctx, e.Object); ok {
+		q.Add(req)
+	}
+}
+
+// owner is the SimpleWebApp that controls o, if it is one of this shard's.
+// A failed read other than NotFound counts as ours: a spare reconcile is
+// cheaper than a missed drift.
+func (h *childEvents) owner(ctx context.Context, o client.Object) (reconcile.Request, bool) {
+	req, ok := ownerRequest(o)
+	if !ok || h.apps == nil {
+		return req, ok
+	}
+	// Typed, so the SimpleWebApp informer that exists answers (a metadata
+	// Get would start a second one).
+	err := h.apps.Get(ctx, req.NamespacedName, &webappv1.SimpleWebApp{})
+	return req, !apierrors.IsNotFound(err)
 }
 
 // ownerRequest is the SimpleWebApp that controls o.

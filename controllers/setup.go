@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
@@ -30,8 +31,29 @@ func CacheOptions() cache.Options {
 	for _, k := range ManagedKinds {
 		byObject[k.New()] = managed
 	}
+	byObject[&webappv1.SimpleWebApp{}] = cache.ByObject{Transform: trimApp}
 	return cache.Options{ByObject: byObject}
 }
+
+// trimApp is the cache's transform of SimpleWebApps: nothing reads their
+// field managers or kubectl's client-side copy of the spec, which together
+// are larger than the rest of the object.
+func trimApp(obj any) (any, error) {
+	o, ok := obj.(client.Object)
+	if !ok {
+		return obj, nil
+	}
+	o.SetManagedFields(nil)
+	if ann := o.GetAnnotations(); ann[lastApplied] != "" {
+		ann = maps.Clone(ann)
+		delete(ann, lastApplied)
+		o.SetAnnotations(ann)
+	}
+	return o, nil
+}
+
+// lastApplied is kubectl's client-side apply annotation.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
 // Options configure Setup.
 type Options struct {
@@ -64,6 +86,14 @@ func WithShard(opts cache.Options, selector labels.Selector) cache.Options {
 	}
 	if opts.ByObject == nil {
 		opts.ByObject = map[client.Object]cache.ByObject{}
+	}
+	for o, by := range opts.ByObject {
+		if _, ok := o.(*webappv1.SimpleWebApp); ok {
+			delete(opts.ByObject, o)
+			by.Label = selector
+			opts.ByObject[&webappv1.SimpleWebApp{}] = by
+			return opts
+		}
 	}
 	opts.ByObject[&webappv1.SimpleWebApp{}] = cache.ByObject{Label: selector}
 	return opts

@@ -264,7 +264,7 @@ func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager, channelEvent
 			reconcileRequested))).
 		WithOptions(controller.Options{MaxConcurrentReconciles: workers}).
 		Named("simplewebapp")
-	children := &childEvents{applier: r.Applier, statusDelay: r.StatusDelay}
+	children := &childEvents{applier: r.Applier, apps: mgr.GetCache(), statusDelay: r.StatusDelay}
 	for _, k := range ManagedKinds {
 		b = b.WatchesRawSource(source.Kind(mgr.GetCache(), k.New(), handler.TypedEventHandler[client.Object, ctrl.Request](children)))
 	}

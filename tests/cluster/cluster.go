@@ -93,7 +93,32 @@ type Options struct {
 	// update, patch, delete, deletecollection), nothing for reads. Fault
 	// tests judge what a client wrote from it (tests/kit ReadAudit).
 	AuditLog bool
+	// ServiceCIDR is kube-apiserver's --service-cluster-ip-range. Default
+	// DefaultServiceCIDR: a /16 holds 65534 Services (a /24 about 250).
+	ServiceCIDR string
+	// PodsPerNode is each fake node's pod capacity; default 110 (the
+	// kubelet's). 1000 one-replica apps on 3 nodes need at least 334, more
+	// during roll-outs (surge pods).
+	PodsPerNode int
+	// ControllerManagerQPS and ControllerManagerBurst are
+	// kube-controller-manager's --kube-api-qps/--kube-api-burst: its client
+	// throttle, which bounds how fast ReplicaSets get pods and Deployments
+	// report status. 0: its defaults (20 and 30).
+	ControllerManagerQPS   float32
+	ControllerManagerBurst int
+	// SchedulerQPS and SchedulerBurst are kube-scheduler's
+	// --kube-api-qps/--kube-api-burst (binding pods). 0: its defaults (50
+	// and 100).
+	SchedulerQPS   float32
+	SchedulerBurst int
+	// APIServerArgs are more kube-apiserver flags, e.g. an audit policy
+	// (hack/bench counts requests by user from the audit log).
+	APIServerArgs []string
 }
+
+// DefaultServiceCIDR is the Service IP range unless Options.ServiceCIDR says
+// otherwise. kube-apiserver refuses IPv4 ranges larger than a /12.
+const DefaultServiceCIDR = "10.0.0.0/16"
 
 // Cluster is a running local control plane.
 type Cluster struct {
@@ -161,6 +186,12 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if opts.Nodes <= 0 {
 		opts.Nodes = 3
 	}
+	if opts.ServiceCIDR == "" {
+		opts.ServiceCIDR = DefaultServiceCIDR
+	}
+	if opts.PodsPerNode <= 0 {
+		opts.PodsPerNode = 110
+	}
 	if opts.LogWriter == nil {
 		opts.LogWriter = io.Discard
 	}
@@ -227,7 +258,7 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}
 	start := func(name string, args ...string) error {
-		p, err := startProc(c.Dir, opts.BinDir, name, opts.Detach, append(args, extraArgs[name]...))
+		p, err := startProc(c.Dir, opts.BinDir, name, opts.Detach, append(append(args, extraArgs[name]...), extraFlags(opts)[name]...))
 		if err != nil {
 			return err
 		}
@@ -270,7 +301,7 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		"--service-account-key-file=" + pki.saPubFile,
 		"--service-account-signing-key-file=" + pki.saKeyFile,
 		"--authorization-mode=Node,RBAC",
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=" + opts.ServiceCIDR,
 		// Without it a privileged pod fails validation before Pod Security
 		// admission (on by default) could reject it.
 		"--allow-privileged=true",
@@ -378,7 +409,7 @@ func (c *Cluster) startFull(ctx context.Context, opts Options, pki *pki, mpki *m
 	}
 
 	for i := range opts.Nodes {
-		node := fakeNode(fmt.Sprintf("kwok-node-%d", i))
+		node := fakeNode(fmt.Sprintf("kwok-node-%d", i), opts.PodsPerNode)
 		if mpki != nil {
 			node.Annotations[ResourceMetricsPathAnnotation] = resourceMetricsPath(node.Name)
 		}
@@ -431,11 +462,11 @@ func (c *Cluster) startFull(ctx context.Context, opts Options, pki *pki, mpki *m
 }
 
 // fakeNode is a Node for kwok to manage, with the capacity the scheduler sees.
-func fakeNode(name string) *corev1.Node {
+func fakeNode(name string, pods int) *corev1.Node {
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:    resource.MustParse("32"),
 		corev1.ResourceMemory: resource.MustParse("256Gi"),
-		corev1.ResourcePods:   resource.MustParse("110"),
+		corev1.ResourcePods:   *resource.NewQuantity(int64(pods), resource.DecimalSI),
 	}
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
@@ -450,6 +481,29 @@ func fakeNode(name string) *corev1.Node {
 		},
 		Status: corev1.NodeStatus{Capacity: res, Allocatable: res},
 	}
+}
+
+// extraFlags are the flags of the components that Options add: client
+// throttles, extra kube-apiserver flags.
+func extraFlags(opts Options) map[string][]string {
+	return map[string][]string{
+		APIServer:         opts.APIServerArgs,
+		ControllerManager: qpsFlags(opts.ControllerManagerQPS, opts.ControllerManagerBurst),
+		Scheduler:         qpsFlags(opts.SchedulerQPS, opts.SchedulerBurst),
+	}
+}
+
+// qpsFlags are a component's client throttle flags; none for zero values
+// (the component's defaults).
+func qpsFlags(qps float32, burst int) []string {
+	var out []string
+	if qps > 0 {
+		out = append(out, "--kube-api-qps="+strconv.FormatFloat(float64(qps), 'f', -1, 32))
+	}
+	if burst > 0 {
+		out = append(out, "--kube-api-burst="+strconv.Itoa(burst))
+	}
+	return out
 }
 
 // waitComponent is the start-up wait for one component: it polls cond every

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/channels"
+	"example.com/simplewebapp-operator/controllers"
+)
+
+// The channel the apps follow, as a --channels-dir file: first at from, then
+// moved to to.
+const (
+	channelName = "rapid"
+	fromVersion = "1.0.0"
+	toVersion   = "1.1.0"
+)
+
+func writeChannel(dir string, versions ...string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	s := "manifests:\n"
+	for _, v := range versions {
+		s += fmt.Sprintf("- name: %s\n  version: %s\n", controllers.PackageName, v)
+	}
+	// Written whole and renamed, so the operator never reads half a file.
+	tmp := filepath.Join(dir, "."+channelName+".tmp")
+	if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, channelName))
+}
+
+func newApp(i int, o opts) *webappv1.SimpleWebApp {
+	return &webappv1.SimpleWebApp{
+		ObjectMeta: metav1.ObjectMeta{Namespace: nsName(i % o.namespaces), Name: fmt.Sprintf("app-%d", i)},
+		Spec:       webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](1), Channel: channelName},
+	}
+}
+
+type bareResult struct {
+	// RenderSeconds: rendering every app before the clock starts (the
+	// operator renders within its time).
+	RenderSeconds float64 `json:"renderSeconds"`
+	// AppliedSeconds: from the first create to the last object applied
+	// (create the SimpleWebApp, then apply its objects, workers in
+	// parallel).
+	AppliedSeconds float64  `json:"appliedSeconds"`
+	ReadySeconds   float64  `json:"readySeconds"`
+	Objects        int      `json:"objects"`
+	Requests       requests `json:"requests"`
+}
+
+// runBare creates the SimpleWebApps (no operator runs) and server-side-applies
+// the operator's own render of each, as its field manager would, with
+// o.workers requests in flight.
+func runBare(ctx context.Context, dir, root string, o opts) (*bareResult, error) {
+	e, err := newEnv(ctx, dir, root, o)
+	if e != nil {
+		defer e.stop()
+	}
+	if err != nil {
+		return nil, err
+	}
+	cdir := filepath.Join(dir, "channels")
+	if err := writeChannel(cdir, fromVersion); err != nil {
+		return nil, err
+	}
+	chans := controllers.Channels{FS: channels.FS, Dir: os.DirFS(cdir)}
+
+	// The spec as the API server defaults it, for the render.
+	probe := newApp(0, o)
+	if err := e.C.Create(ctx, probe, client.DryRunAll); err != nil {
+		return nil, fmt.Errorf("dry-run create: %w", err)
+	}
+	t0 := time.Now()
+	rendered := make([]*controllers.Rendered, o.n)
+	apps := make([]*webappv1.SimpleWebApp, o.n)
+	for i := range o.n {
+		apps[i] = newApp(i, o)
+		apps[i].Spec = *probe.Spec.DeepCopy()
+		rel, err := chans.Resolve(ctx, apps[i].Spec)
+		if err != nil {
+			return nil, err
+		}
+		if rendered[i], err = controllers.Render(rel, apps[i]); err != nil {
+			return nil, err
+		}
+	}
+	res := &bareResult{RenderSeconds: time.Since(t0).Seconds(), Objects: o.n * len(rendered[0].Objects)}
+	logf("  rendered %d apps in %.1fs (before the clock)", o.n, res.RenderSeconds)
+
+	cfg, err := restConfig(e.bareID.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: e.scheme})
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mark := e.audit.mark()
+	t0 = time.Now()
+	next := make(chan int)
+	errs := make(chan error, o.workers)
+	var wg sync.WaitGroup
+	for range o.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := bareApply(ctx, c, dyn, apps[i], rendered[i]); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	for i := range o.n {
+		select {
+		case next <- i:
+		case err := <-errs:
+			close(next)
+			wg.Wait()
+			return nil, err
+		}
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return nil, err
+	default:
+	}
+	res.AppliedSeconds = time.Since(t0).Seconds()
+	logf("  created and applied in %.1fs", res.AppliedSeconds)
+	d, ok := waitUntil(30*time.Minute, func() bool { return e.track.readyDeployments() >= o.n },
+		func() string { return fmt.Sprintf("%d/%d Deployments ready", e.track.readyDeployments(), o.n) })
+	if !ok {
+		return nil, fmt.Errorf("Deployments not ready")
+	}
+	res.ReadySeconds = res.AppliedSeconds + d.Seconds()
+	logf("  all Ready after %.1fs", res.ReadySeconds)
+	e.audit.waitQuiet(bareUser, o.quiet, time.Minute)
+	res.Requests = summarise(e.audit.since(mark, bareUser), false)
+	return res, nil
+}
+
+// bareApply creates swa and applies its render.
+func bareApply(ctx context.Context, c client.Client, dyn dynamic.Interface, swa *webappv1.SimpleWebApp, r *controllers.Rendered) error {
+	swa = swa.DeepCopy()
+	if err := c.Create(ctx, swa); err != nil {
+		return err
+	}
+	for _, obj := range controllers.DesiredObjects(swa, r) {
+		gvk := obj.GroupVersionKind()
+		m, err := c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			return err
+		}
+		raw, err := obj.MarshalJSON()
+		if err != nil {
+			return err
+		}
+		if _, err := dyn.Resource(m.Resource).Namespace(obj.GetNamespace()).Patch(ctx, obj.GetName(), types.ApplyPatchType, raw,
+			metav1.PatchOptions{FieldManager: controllers.ManagerName, Force: ptr.To(true)}); err != nil {
+			return fmt.Errorf("apply %s %s: %w", gvk.Kind, obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func execOut(dir string, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	return strings.TrimSpace(string(out)), err
+}

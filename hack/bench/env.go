@@ -1,0 +1,163 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/operatortest"
+)
+
+// The measured identities: the operator's ServiceAccount (as config/default
+// deploys it) and the bare client's.
+const (
+	operatorUser = "system:serviceaccount:" + operatortest.Namespace + ":" + operatortest.ServiceAccount
+	bareNS       = "bench"
+	bareSA       = "bare"
+	bareUser     = "system:serviceaccount:" + bareNS + ":" + bareSA
+)
+
+// env is one fresh cluster with the CRD of a build installed, the
+// identities, and the audit log.
+type env struct {
+	*operatortest.Env
+	audit  *auditLog
+	scheme *runtime.Scheme
+	opID   *operatortest.Identity
+	bareID *operatortest.Identity
+	track  *tracker
+}
+
+// newEnv starts a cluster in dir for the build whose checkout is root (its
+// CRD and generated role are installed).
+func newEnv(ctx context.Context, dir, root string, o opts) (*env, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	policy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte(auditPolicy(operatorUser, bareUser)), 0o644); err != nil {
+		return nil, err
+	}
+	auditPath := filepath.Join(dir, "audit.log")
+	t0 := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{
+		Profile:                cluster.ProfileFull,
+		Dir:                    filepath.Join(dir, "cluster"),
+		Nodes:                  o.nodes,
+		PodsPerNode:            o.podsPerNode,
+		ControllerManagerQPS:   o.kcmQPS,
+		ControllerManagerBurst: o.kcmBurst,
+		SchedulerQPS:           o.schedQPS,
+		SchedulerBurst:         o.schedBurst,
+		APIServerArgs: []string{
+			"--audit-policy-file=" + policy,
+			"--audit-log-path=" + auditPath,
+			"--audit-log-format=json",
+			"--audit-log-maxsize=0", // one file, never rotated
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	logf("  cluster ready in %s (%s)", time.Since(t0).Round(time.Second), c.Dir)
+	e := &env{Env: &operatortest.Env{Root: root, Dir: dir, Name: "bench", Cluster: c}, audit: &auditLog{path: auditPath}}
+	binDir, err := cluster.BinDir()
+	if err != nil {
+		return e, err
+	}
+	e.Kubectl = &operatortest.Kubectl{Bin: filepath.Join(binDir, "kubectl"), CacheDir: filepath.Join(dir, "kubectl-cache"), AdminKubeconfig: c.Kubeconfig}
+	if e.CS, err = kubernetes.NewForConfig(c.RESTConfig()); err != nil {
+		return e, err
+	}
+	e.scheme = runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(e.scheme); err != nil {
+		return e, err
+	}
+	if err := webappv1.AddToScheme(e.scheme); err != nil {
+		return e, err
+	}
+	if e.C, err = client.New(c.RESTConfig(), client.Options{Scheme: e.scheme}); err != nil {
+		return e, err
+	}
+	if _, err := e.Kubectl.Admin("apply", "--server-side", "-f", filepath.Join(root, "config/crd/bases/")); err != nil {
+		return e, err
+	}
+	if _, err := e.Kubectl.Admin("wait", "--for=condition=Established", "crd/simplewebapps.example.com", "--timeout=60s"); err != nil {
+		return e, err
+	}
+	if e.opID, err = e.SetUpOperatorIdentity(ctx, operatortest.OperatorRBAC{ClusterRoleBinding: "bench-operator"}); err != nil {
+		return e, err
+	}
+	if _, err := e.CS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: bareNS}}, metav1.CreateOptions{}); err != nil {
+		return e, err
+	}
+	if e.bareID, err = e.NewServiceAccount(ctx, bareNS, bareSA); err != nil {
+		return e, err
+	}
+	if err := e.BindClusterRole(ctx, "bench-bare", "cluster-admin", e.bareID); err != nil {
+		return e, err
+	}
+	if err := e.Kubectl.WaitCanI(ctx, time.Minute,
+		operatortest.CanIWant{Kubeconfig: e.opID.Kubeconfig, Args: []string{"watch", "simplewebapps.example.com", "--all-namespaces"}, Want: "yes"},
+		operatortest.CanIWant{Kubeconfig: e.bareID.Kubeconfig, Args: []string{"create", "simplewebapps.example.com", "-n", "default"}, Want: "yes"},
+	); err != nil {
+		return e, err
+	}
+	for i := range o.namespaces {
+		if _, err := e.CS.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i)}}, metav1.CreateOptions{}); err != nil {
+			return e, err
+		}
+	}
+	// Pods need the namespace's default ServiceAccount (made by the
+	// controller-manager).
+	for i := range o.namespaces {
+		if _, ok := waitUntil(time.Minute, func() bool {
+			_, err := e.CS.CoreV1().ServiceAccounts(nsName(i)).Get(ctx, "default", metav1.GetOptions{})
+			return err == nil
+		}, func() string { return "default ServiceAccount of " + nsName(i) }); !ok {
+			return e, fmt.Errorf("no default ServiceAccount in %s", nsName(i))
+		}
+	}
+	if e.track, err = newTracker(ctx, c.RESTConfig(), e.scheme); err != nil {
+		return e, err
+	}
+	return e, nil
+}
+
+func (e *env) stop() {
+	if e.track != nil {
+		e.track.stop()
+	}
+	if e.Cluster != nil {
+		if err := e.Cluster.Stop(); err != nil {
+			logf("stopping the cluster: %v", err)
+		}
+	}
+}
+
+// restConfig is the client configuration of a kubeconfig, unthrottled as
+// controller-runtime's GetConfig makes the operator's (QPS -1: API Priority
+// and Fairness is the only limit).
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS = -1
+	return cfg, nil
+}
+
+func nsName(i int) string { return fmt.Sprintf("bench-%d", i) }

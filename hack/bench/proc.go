@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/operatortest"
+)
+
+// build builds the operator of the checkout root into out.
+func build(root, out string) error {
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build in %s: %v\n%s", root, err, b)
+	}
+	return nil
+}
+
+// checkout extracts rev of the repository into dir (git archive: no
+// worktree to clean up).
+func checkout(rev, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	cmd := exec.Command("bash", "-c", `git archive "$1" | tar -x -C "$2"`, "archive", rev, dir)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("git archive %s: %v\n%s", rev, err, b)
+	}
+	return nil
+}
+
+// operator is a running operator process with plain-HTTP metrics.
+type operator struct {
+	*operatortest.Operator
+	metrics string // http://addr/metrics
+	pprof   string // http://addr/debug/pprof ("" if not served)
+}
+
+func startOperator(ctx context.Context, e *env, bin, name string, pprof bool, args []string) (*operator, error) {
+	ports, err := cluster.FreePorts(2)
+	if err != nil {
+		return nil, err
+	}
+	op := &operator{metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", ports[0])}
+	all := []string{"--metrics-bind-address=" + fmt.Sprintf("127.0.0.1:%d", ports[0]), "--metrics-secure=false"}
+	if pprof {
+		all = append(all, fmt.Sprintf("--pprof-bind-address=127.0.0.1:%d", ports[1]))
+		op.pprof = fmt.Sprintf("http://127.0.0.1:%d/debug/pprof", ports[1])
+	}
+	op.Operator, err = operatortest.Start(operatortest.Config{
+		Name: name, Bin: bin, Kubeconfig: e.opID.Kubeconfig,
+		Args:    append(all, args...),
+		LogPath: filepath.Join(e.Dir, name+".log"), OutOfCluster: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := op.WaitReady(ctx, 2*time.Minute); err != nil {
+		op.Kill()
+		return nil, err
+	}
+	return op, nil
+}
+
+// procStats are a process's CPU time and memory from /proc.
+type procStats struct {
+	CPUSeconds float64 `json:"cpuSeconds"`
+	RSSMiB     float64 `json:"rssMiB"`
+	PeakRSSMiB float64 `json:"peakRssMiB"`
+}
+
+func statsOf(pid int) procStats {
+	var s procStats
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// Fields after the command name (which may hold spaces): utime is
+		// field 14, stime 15 of the whole line.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+		if len(f) > 13 {
+			ut, _ := strconv.ParseFloat(f[11], 64)
+			st, _ := strconv.ParseFloat(f[12], 64)
+			s.CPUSeconds = (ut + st) / 100 // USER_HZ
+		}
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Fields(l)
+			if len(f) < 2 {
+				continue
+			}
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			switch f[0] {
+			case "VmRSS:":
+				s.RSSMiB = kb / 1024
+			case "VmHWM:":
+				s.PeakRSSMiB = kb / 1024
+			}
+		}
+	}
+	return s
+}
+
+// scrape sums the samples of each metric name whose labels include want.
+func (op *operator) scrape(name string, want map[string]string) float64 {
+	resp, err := http.Get(op.metrics)
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return -1
+	}
+	f, ok := fams[name]
+	if !ok {
+		return 0
+	}
+	var sum float64
+	for _, m := range f.Metric {
+		match := true
+		for k, v := range want {
+			found := false
+			for _, l := range m.Label {
+				if l.GetName() == k && l.GetValue() == v {
+					found = true
+				}
+			}
+			match = match && found
+		}
+		if !match {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			sum += m.Counter.GetValue()
+		case m.Gauge != nil:
+			sum += m.Gauge.GetValue()
+		}
+	}
+	return sum
+}
+
+func (op *operator) reconciles() float64 {
+	return op.scrape("controller_runtime_reconcile_total", map[string]string{"controller": "simplewebapp"})
+}
+
+// memStats are the runtime.MemStats lines of the heap profile's debug text
+// (HeapInuse, HeapIdle, HeapReleased, Stack, Sys...): what RSS is made of.
+func (op *operator) memStats() map[string]float64 {
+	out := map[string]float64{}
+	if op.pprof == "" {
+		return out
+	}
+	resp, err := http.Get(op.pprof + "/heap?debug=1")
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		var k string
+		var v float64
+		if n, _ := fmt.Sscanf(l, "# %s = %g", &k, &v); n == 2 {
+			switch k {
+			case "HeapAlloc", "HeapSys", "HeapIdle", "HeapInuse", "HeapReleased", "Stack", "Sys", "StackSys", "MSpanSys", "OtherSys", "GCSys":
+				out[k+"MiB"] = v / (1 << 20)
+			}
+		}
+	}
+	return out
+}
+
+// heapProfile saves a heap profile and returns `go tool pprof -top` of it.
+func (op *operator) heapProfile(path string) (string, error) {
+	if op.pprof == "" {
+		return "", nil
+	}
+	resp, err := http.Get(op.pprof + "/heap?gc=1")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return "", err
+	}
+	f.Close()
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", "-sample_index=inuse_space", path).CombinedOutput()
+	return string(out), err
+}
