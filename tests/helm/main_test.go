@@ -9,17 +9,14 @@
 package helm_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
+	"example.com/simplewebapp-operator/tests/kit"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +24,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	sigsyaml "sigs.k8s.io/yaml"
 
@@ -132,39 +128,15 @@ func template(t *testing.T, args ...string) []*unstructured.Unstructured {
 
 // parse splits multi-document YAML into objects, skipping empty documents.
 func parse(t *testing.T, data []byte) []*unstructured.Unstructured {
-	t.Helper()
-	var objs []*unstructured.Unstructured
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m map[string]any
-		if err := sigsyaml.Unmarshal(doc, &m); err != nil {
-			t.Fatalf("%v in\n%s", err, doc)
-		}
-		if len(m) == 0 {
-			continue
-		}
-		objs = append(objs, &unstructured.Unstructured{Object: m})
-	}
+	return kit.ParseYAML(t, data)
 }
 
 func key(u *unstructured.Unstructured) string {
-	return u.GetKind() + "/" + u.GetNamespace() + "/" + u.GetName()
+	return kit.ObjectKey(u)
 }
 
 func keys(objs []*unstructured.Unstructured) []string {
-	var ks []string
-	for _, o := range objs {
-		ks = append(ks, key(o))
-	}
-	sort.Strings(ks)
-	return ks
+	return kit.ObjectKeys(objs)
 }
 
 // find returns the object with kind, namespace and name, or nil.

@@ -8,13 +8,10 @@
 package tenancy_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
+	"example.com/simplewebapp-operator/tests/kit"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,7 +20,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
@@ -98,25 +94,7 @@ func replaceRoot(s, up string) string { return strings.ReplaceAll(s, "{{root}}",
 
 // parse splits multi-document YAML into objects, skipping empty documents.
 func parse(t *testing.T, data []byte) []*unstructured.Unstructured {
-	t.Helper()
-	var objs []*unstructured.Unstructured
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return objs
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m map[string]any
-		if err := sigsyaml.Unmarshal(doc, &m); err != nil {
-			t.Fatalf("%v in\n%s", err, doc)
-		}
-		if len(m) > 0 {
-			objs = append(objs, &unstructured.Unstructured{Object: m})
-		}
-	}
+	return kit.ParseYAML(t, data)
 }
 
 // as converts an object to its typed form.
