@@ -23,7 +23,7 @@ func TestLeaseFence(t *testing.T) {
 	lease := func(holder string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPut, "https://api/apis/coordination.k8s.io/v1/namespaces/ns/leases/x", nil)
-		resp, err := f.Observe(answer(`{"spec":{"holderIdentity":"`+holder+`"}}`)).RoundTrip(req)
+		resp, err := f.Observe(answer(`{"spec":{"holderIdentity":"` + holder + `"}}`)).RoundTrip(req)
 		if err != nil {
 			t.Fatal(err)
 		}
