@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -127,11 +128,15 @@ func (r *SimpleWebAppReconciler) apply(ctx context.Context, swa *webappv1.Simple
 	// Record the names before creating the objects: a crash between a
 	// create and the status write at the end would otherwise leave an
 	// object that no inventory lists, which nothing would ever prune.
-	if wrote, err := r.recordInventory(ctx, swa, inv); err != nil {
+	prior, predicted := swa.Status.DeepCopy(), predictApplied(swa, rendered, inv, *o)
+	if wrote, err := r.recordInventory(ctx, swa, inv, predicted); err != nil {
 		o.failure, o.staleRead = asStepError(err, webappv1.ReasonApplyFailed), isStaleRead(err)
 		return false
 	} else if wrote {
 		o.writes++
+		if predicted != nil {
+			o.unconfirmed = prior
+		}
 	}
 	res, err := r.Applier.Apply(ctx, swa, rendered, force)
 	o.writes += res.writes
@@ -193,8 +198,12 @@ func (r *SimpleWebAppReconciler) cachedWorkload(ctx context.Context, swa *webapp
 
 // recordInventory writes status.inventory = inv, with the resourceVersion
 // as a precondition, when inv names objects that the recorded inventory
-// does not. It changes nothing else in the status.
-func (r *SimpleWebAppReconciler) recordInventory(ctx context.Context, swa *webappv1.SimpleWebApp, inv []webappv1.ObjectReference) (bool, error) {
+// does not. With a prediction (a first apply) it writes the whole status
+// that the apply is expected to end in, so that the write after the apply
+// finds nothing to change and is skipped: a new SimpleWebApp gets 2 status
+// writes (this one, then Ready), not 3. Otherwise it changes only the
+// inventory.
+func (r *SimpleWebAppReconciler) recordInventory(ctx context.Context, swa *webappv1.SimpleWebApp, inv []webappv1.ObjectReference, predicted *webappv1.SimpleWebAppStatus) (bool, error) {
 	missing := false
 	for _, ref := range inv {
 		if !slices.Contains(swa.Status.Inventory, ref) {
@@ -205,6 +214,9 @@ func (r *SimpleWebAppReconciler) recordInventory(ctx context.Context, swa *webap
 		return false, nil
 	}
 	before := swa.DeepCopy()
+	if predicted != nil {
+		swa.Status = *predicted
+	}
 	swa.Status.Inventory = slices.Clone(inv)
 	if err := r.Client.Status().Patch(ctx, swa, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		swa.Status = before.Status
@@ -215,4 +227,35 @@ func (r *SimpleWebAppReconciler) recordInventory(ctx context.Context, swa *webap
 	}
 	r.rememberStatus(swa)
 	return true, nil
+}
+
+// predictApplied is the status a first apply of rendered ends in when it
+// succeeds: the objects created, the Deployment as the API server returns a
+// new one (generation 1, no status yet). It is nil when the SimpleWebApp
+// already has a Deployment, whose next generation cannot be known before
+// the write. If the apply then fails, the status write after it says so
+// (and a crash in between leaves Reconciling=True, which the next pass
+// corrects).
+func predictApplied(swa *webappv1.SimpleWebApp, rendered *Rendered, inv []webappv1.ObjectReference, o outcome) *webappv1.SimpleWebAppStatus {
+	if workloadName(swa.Status.Inventory) != "" || o.failure != nil {
+		return nil
+	}
+	var workload *appsv1.Deployment
+	for _, obj := range DesiredObjects(swa, rendered) {
+		if obj.GroupVersionKind() != appsv1.SchemeGroupVersion.WithKind("Deployment") {
+			continue
+		}
+		workload = &appsv1.Deployment{}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, workload); err != nil {
+			return nil
+		}
+		workload.Generation = 1
+	}
+	if workload == nil {
+		return nil
+	}
+	o.applied, o.objects, o.inventory, o.workload = true, rendered.Objects, inv, workload
+	o.gate = gateUpgrade(swa, o.release, o.heldBack, workload, time.Now())
+	st := computeStatus(swa, o)
+	return &st
 }

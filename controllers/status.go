@@ -36,6 +36,10 @@ type outcome struct {
 	// requestedAt is the reconcile-requested-at annotation handled.
 	requestedAt string
 	staleRead   bool
+	// unconfirmed is the status before this pass wrote the one a first
+	// apply was predicted to end in (recordInventory): when the apply did
+	// not happen after all, status is computed from it again.
+	unconfirmed *webappv1.SimpleWebAppStatus
 
 	// Health-gated upgrades (upgrade.go).
 	heldBack   bool // the desired version failed before: the last healthy one is applied
@@ -52,6 +56,9 @@ type outcome struct {
 // pass saw. Each part is set by a small function below.
 func computeStatus(swa *webappv1.SimpleWebApp, o outcome) webappv1.SimpleWebAppStatus {
 	st := *swa.Status.DeepCopy()
+	if o.unconfirmed != nil && (!o.applied || o.failure != nil) {
+		st = *o.unconfirmed.DeepCopy()
+	}
 	setObservedGeneration(&st, swa.Generation, o)
 	setApplied(&st, swa.Generation, o)
 	setWorkload(&st, o.workload)

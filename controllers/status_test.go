@@ -1,10 +1,12 @@
 package controllers
 
 import (
+	"fmt"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -225,4 +227,71 @@ func TestAnnounceThenAvailable(t *testing.T) {
 	if !meta.FindStatusCondition(again.Conditions, webappv1.ConditionReady).LastTransitionTime.Equal(&c.LastTransitionTime) {
 		t.Error("an unchanged condition moved its transition time")
 	}
+}
+
+// The status written before a first apply (with the inventory) is the one
+// the apply ends in, so the write after the apply is skipped; when the apply
+// fails instead, status is computed from the one before the pass.
+func TestPredictApplied(t *testing.T) {
+	swa := &webappv1.SimpleWebApp{Spec: webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](3)}}
+	swa.Name, swa.Namespace, swa.Generation, swa.UID = "x", "demo", 1, "uid-1"
+	d := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "x-web", "namespace": "demo"},
+		"spec": map[string]any{"replicas": int64(3),
+			"selector": map[string]any{"matchLabels": map[string]any{LabelInstance: "x"}},
+			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{LabelInstance: "x"}}}},
+	}}
+	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "x-web-content", "namespace": "demo"}}}
+	rendered := &Rendered{Objects: []*unstructured.Unstructured{cm, d}}
+	inv := inventory(rendered.Objects)
+	rel := Release{Channel: "stable", Version: "1.0.0"}
+
+	predicted := predictApplied(swa, rendered, inv, outcome{release: rel})
+	if predicted == nil {
+		t.Fatal("no prediction for a first apply")
+	}
+	if predicted.ObservedGeneration != 1 || predicted.AppliedGeneration != 1 || predicted.Version != "1.0.0" || len(predicted.Inventory) != 2 || predicted.PodsReady != "0/3" {
+		t.Errorf("predicted %+v", predicted)
+	}
+	if meta.IsStatusConditionTrue(predicted.Conditions, webappv1.ConditionReady) || !meta.IsStatusConditionTrue(predicted.Conditions, webappv1.ConditionReconciling) {
+		t.Errorf("predicted conditions %+v", predicted.Conditions)
+	}
+
+	// The apply succeeded: the Deployment as the API server returned it.
+	prior := swa.Status.DeepCopy()
+	swa.Status = *predicted.DeepCopy()
+	live := &appsv1.Deployment{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(d.Object, live); err != nil {
+		t.Fatal(err)
+	}
+	live.Generation = 1
+	after := computeStatus(swa, outcome{release: rel, applied: true, objects: rendered.Objects, inventory: inv, workload: live, unconfirmed: prior})
+	if diff := cmpStatus(*predicted, after); diff != "" {
+		t.Errorf("the status after the apply differs from the predicted one (a third write): %s", diff)
+	}
+
+	// The apply failed: nothing claims it was applied, the inventory stays.
+	failed := computeStatus(swa, outcome{release: rel, inventory: inv, unconfirmed: prior,
+		failure: &StepError{Reason: webappv1.ReasonApplyFailed, Message: "forbidden"}})
+	if failed.AppliedGeneration != 0 || failed.Version != "" || failed.PodsReady != "" || len(failed.Inventory) != 2 {
+		t.Errorf("after a failed apply: %+v", failed)
+	}
+	if c := meta.FindStatusCondition(failed.Conditions, webappv1.ConditionReconciling); c == nil || c.Reason != webappv1.ReasonApplyFailed {
+		t.Errorf("after a failed apply: conditions %+v", failed.Conditions)
+	}
+
+	// An app that has a Deployment already: its next generation is unknown.
+	swa.Status.Inventory = inv
+	if p := predictApplied(swa, rendered, inv, outcome{release: rel}); p != nil {
+		t.Errorf("predicted for an app with a Deployment: %+v", p)
+	}
+}
+
+func cmpStatus(a, b webappv1.SimpleWebAppStatus) string {
+	if equality.Semantic.DeepEqual(a, b) {
+		return ""
+	}
+	return fmt.Sprintf("\n predicted %+v\n after     %+v", a, b)
 }

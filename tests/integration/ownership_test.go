@@ -40,9 +40,9 @@ func TestExistingObjectIsNotAdopted(t *testing.T) {
 	if after.ResourceVersion != theirs.ResourceVersion || len(after.OwnerReferences) != 0 {
 		t.Errorf("the existing Service was written: resourceVersion %s → %s, owners %v", theirs.ResourceVersion, after.ResourceVersion, after.OwnerReferences)
 	}
-	if !hasEvent(t, ns, "taken", webappv1.ReasonObjectNotOwned) {
-		t.Error("no ObjectNotOwned event")
-	}
+	kit.WaitFor(t, timeout, "ObjectNotOwned event", func(context.Context) (bool, string) {
+		return hasEvent(t, ns, "taken", webappv1.ReasonObjectNotOwned), "none yet"
+	})
 }
 
 // A ConfigMap pre-created under the content-hashed name the next message

@@ -41,9 +41,8 @@ func TestFailedUpgradeRollsBack(t *testing.T) {
 		s, _ := condition(t, ns, "rollback", webappv1.ConditionReady)
 		return s.Status.Upgrade != nil && s.Status.Upgrade.To == next && s.Status.Version == next, fmt.Sprintf("%+v", s.Status.Upgrade)
 	})
-	if !hasEvent(t, ns, "rollback", "Upgrading") {
-		t.Error("no Upgrading event")
-	}
+	// Events are recorded asynchronously by the broadcaster: poll, don't read once.
+	kit.WaitFor(t, timeout, "Upgrading event", func(context.Context) (bool, string) { return hasEvent(t, ns, "rollback", "Upgrading"), "" })
 
 	got := waitCondition(t, ns, "rollback", webappv1.ConditionStalled, metav1.ConditionTrue, "RolledBack")
 	took := time.Since(t0)
