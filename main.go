@@ -2,6 +2,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -145,6 +146,10 @@ func main() {
 	exitAfterWrites(cfg)
 	// A leader paused past its Lease (SIGSTOP, a frozen node) must not write
 	// when it runs again: see controllers.LeaseFence.
+	// Requests that get no answer hold reconciles back (and the start waits)
+	// until the API server answers again: see controllers.APIReach.
+	reach := controllers.NewAPIReach()
+	cfg.Wrap(reach.Observe)
 	var leaderCfg *rest.Config
 	if leaderElect {
 		fence := controllers.NewLeaseFence(renewDeadline)
@@ -184,7 +189,7 @@ func main() {
 	}
 	reconciler, err := controllers.Setup(mgr, controllers.Options{
 		Channels: source, ChannelsPollInterval: channelsPoll, MaxConcurrentReconciles: workers, StatusDelay: statusDelay,
-		MaxConcurrentUpgrades: upgrades,
+		MaxConcurrentUpgrades: upgrades, Reach: reach,
 	})
 	if err != nil {
 		setupLog.Error(err, "unable to set up controller")
@@ -196,7 +201,11 @@ func main() {
 
 	// A CRD older than this operator would silently drop fields: refuse to
 	// start, saying which (an uncached read; the manager has not started).
-	if err := controllers.CheckCRD(ctx, mgr.GetAPIReader()); err != nil {
+	// Started during an outage (restarted after losing the Lease to it), it
+	// waits for the API server rather than exiting again.
+	if err := controllers.WaitReachable(ctx, reach, func(ctx context.Context) error {
+		return controllers.CheckCRD(ctx, mgr.GetAPIReader())
+	}); err != nil {
 		setupLog.Error(err, "incompatible CRD")
 		os.Exit(1)
 	}

@@ -73,6 +73,9 @@ type Options struct {
 	// MaxConcurrentUpgrades bounds the SimpleWebApps rolling out a new
 	// version at once (0: unbounded).
 	MaxConcurrentUpgrades int
+	// Reach is told about the manager client's requests (its Observe wraps
+	// the rest.Config); nil: a new one that sees none (reconciles never wait).
+	Reach *APIReach
 }
 
 // WithShard limits opts to the SimpleWebApps that selector matches: an
@@ -158,6 +161,10 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 		StatusDelay:             opts.StatusDelay,
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		Upgrades:                &upgradeSlots{max: opts.MaxConcurrentUpgrades},
+		Reach:                   opts.Reach,
+	}
+	if r.Reach == nil {
+		r.Reach = NewAPIReach()
 	}
 	var channelEvents chan event.GenericEvent
 	if opts.Channels.Dir != nil {

@@ -54,6 +54,8 @@ type SimpleWebAppReconciler struct {
 	MaxConcurrentReconciles int
 	// Upgrades bounds the version roll-outs in flight.
 	Upgrades *upgradeSlots
+	// Reach holds reconciles back while the API server cannot be reached.
+	Reach *APIReach
 
 	inflight      sync.Map // reconcile.Request → start time (stuck reconciles fail liveness)
 	statusMu      sync.Mutex
@@ -68,6 +70,9 @@ type SimpleWebAppReconciler struct {
 // Reconcile only does bookkeeping: fetch, run the pipeline, write status,
 // events and metrics from its outcome.
 func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if wait := r.Reach.Hold(); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil // the API server is down: no request into it
+	}
 	r.inflight.Store(req, time.Now())
 	defer r.inflight.Delete(req)
 
@@ -89,15 +94,24 @@ func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // rate-limited on purpose
 	}
 
+	// Events and metrics compare the status before the whole pass with the
+	// one after it: the pass may write status on the way (inventory, a
+	// version change).
+	before := swa.DeepCopy()
 	o := r.reconcile(ctx, swa)
 	if o.staleRead {
 		log.FromContext(ctx).V(1).Info("stale read, requeueing", "message", o.failure.Message)
 		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // rate-limited on purpose
 	}
+	if o.failure != nil && r.Reach.Down() {
+		// The step failed because the API server went away: the status
+		// write would fail too. Retried once it answers again.
+		log.FromContext(ctx).V(1).Info("API server unreachable, retrying later", "message", o.failure.Message)
+		return ctrl.Result{RequeueAfter: r.Reach.RetryIn()}, nil
+	}
 	if o.failure != nil {
 		log.FromContext(ctx).Info("reconcile failed", "reason", o.failure.Reason, "message", o.failure.Message, "terminal", o.failure.Terminal)
 	}
-	before := swa.DeepCopy()
 	if err := r.writeStatus(ctx, swa, o); err != nil {
 		if isStaleRead(err) {
 			return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // rate-limited on purpose
