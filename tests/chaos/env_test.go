@@ -1,7 +1,8 @@
 // Package chaos injects faults into a running operator and judges the result
 // from the API server's audit log (tests/cluster Options.AuditLog), not from
 // the operator's own logs: crashes at random writes, a field fight with
-// another manager, a leader paused past its Lease.
+// another manager, a leader paused past its Lease, an operator one version
+// apart from the installed CRD.
 //
 // Each test starts its own full local cluster. Sizes: SWA_CHAOS_FULL=1 (make
 // chaos) runs the sizes of issue 13; otherwise a reduced size that fits CI.
