@@ -61,7 +61,7 @@ test: tools ## Run every test: unit, golden, integration (envtest) and end to en
 	cd tests/promql && go test -count=1 ./...
 
 .PHONY: chaos
-chaos: tools ## Fault-injection suite at full size (tests/chaos; make test runs it reduced): crashes, field fight, leader split-brain, judged from the audit log.
+chaos: tools ## Fault-injection suite at full size (tests/chaos; make test runs it reduced): crashes, control-plane outages, leader split-brain, deletion races, field fight, version skew, judged from the audit log.
 	SWA_CHAOS_FULL=1 SWA_BIN_DIR=$(TOOLS_BIN) go test -count=1 -timeout 90m -v ./tests/chaos/
 
 .PHONY: test-webserver
