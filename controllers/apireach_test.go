@@ -26,10 +26,10 @@ func TestAPIReach(t *testing.T) {
 	expectHold("reachable", 0)
 	a.observe(refused)
 	expectHold("just failed", time.Second)
-	a.observe(refused) // another request that was in flight: no longer wait
-	advance(400*time.Millisecond)
+	a.observe(refused) // another request that was in flight: the wait does not grow
+	advance(400 * time.Millisecond)
 	expectHold("still waiting", 600*time.Millisecond)
-	advance(600*time.Millisecond)
+	advance(600 * time.Millisecond)
 	expectHold("the probe", 0)
 	expectHold("others wait for the probe", time.Second)
 	a.observe(refused) // the probe failed: the wait doubles
