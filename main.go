@@ -159,6 +159,12 @@ func main() {
 		leaderCfg.Wrap(fence.Observe)
 		cfg.Wrap(fence.Guard)
 	}
+	// The manager's first discovery request fails while the API server
+	// (re)starts: wait for it to be ready rather than exit.
+	if err := controllers.WaitAPIReady(ctx, cfg, 500*time.Millisecond); err != nil {
+		setupLog.Error(err, "API server not ready")
+		os.Exit(1)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Metrics:                 metricsOpts,

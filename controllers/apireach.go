@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 )
@@ -144,5 +146,33 @@ func WaitReachable(ctx context.Context, a *APIReach, read func(context.Context) 
 			}
 			wait = a.Hold()
 		}
+	}
+}
+
+// WaitAPIReady waits until the API server says it is ready (GET /readyz,
+// which every user may read), waiting initial, doubling up to 30 s, between
+// tries. A process started while the API server restarts would otherwise
+// exit at its first discovery request (the manager's REST mapper) and be
+// restarted again and again.
+func WaitAPIReady(ctx context.Context, cfg *rest.Config, initial time.Duration) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	wait := initial
+	for {
+		_, err := dc.RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err == nil {
+			return nil
+		}
+		log.Log.WithName("api-reach").Info("API server not ready, waiting", "error", err.Error(), "retryIn", wait.String())
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, 30*time.Second)
 	}
 }

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 // The reach gate: reconciles wait while the API server gives no answer, one
@@ -92,5 +96,35 @@ func TestWaitReachable(t *testing.T) {
 	})
 	if calls != 4 || err == nil || err.Error() != "the CRD is older than this operator" {
 		t.Fatalf("%d calls, error %v", calls, err)
+	}
+}
+
+// WaitAPIReady waits through a server that is not ready yet (503, as
+// kube-apiserver answers while it starts) and returns once it is.
+func TestWaitAPIReady(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/readyz" {
+			http.NotFound(w, r)
+			return
+		}
+		if calls.Add(1) < 3 {
+			http.Error(w, "[-]poststarthook/rbac/bootstrap-roles failed", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	}))
+	defer srv.Close()
+	if err := WaitAPIReady(context.Background(), &rest.Config{Host: srv.URL}, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("%d tries, want 3 (2 not ready, then ready)", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	if err := WaitAPIReady(ctx, &rest.Config{Host: srv.URL}, time.Millisecond); err == nil {
+		t.Fatal("returned without error for a server never ready and a cancelled context")
 	}
 }
