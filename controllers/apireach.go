@@ -135,16 +135,10 @@ func WaitReachable(ctx context.Context, a *APIReach, read func(context.Context) 
 		if err == nil || !a.Down() {
 			return err
 		}
-		wait := a.Hold()
-		for wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return errors.Join(err, ctx.Err())
-			case <-t.C:
+		for wait := a.Hold(); wait > 0; wait = a.Hold() {
+			if cerr := sleep(ctx, wait); cerr != nil {
+				return errors.Join(err, cerr)
 			}
-			wait = a.Hold()
 		}
 	}
 }
@@ -166,13 +160,21 @@ func WaitAPIReady(ctx context.Context, cfg *rest.Config, initial time.Duration) 
 			return nil
 		}
 		log.Log.WithName("api-reach").Info("API server not ready, waiting", "error", err.Error(), "retryIn", wait.String())
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		case <-t.C:
+		if cerr := sleep(ctx, wait); cerr != nil {
+			return errors.Join(err, cerr)
 		}
 		wait = min(2*wait, 30*time.Second)
+	}
+}
+
+// sleep waits d, or until ctx is done (its error).
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
