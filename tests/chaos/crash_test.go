@@ -134,7 +134,7 @@ func (c *crasher) counts() (int, time.Time) {
 
 // TestCrashConsistency crashes the operator (exit 137 right after a random
 // k-th write, wherever in a reconcile that falls) over and over while
-// SimpleWebApps go stable → rapid → stable and change their message, and
+// SimpleWebApps go stable → rapid (or another pinned version) → stable and change their message, and
 // restarts it each time. Afterwards every app is Ready, no object carrying
 // an instance label is missing from an inventory (no orphans), nothing in
 // the final inventories was ever deleted (audit log), and every object
@@ -145,9 +145,21 @@ func TestCrashConsistency(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
 	ns := kit.Namespace(t, e.C, kit.NS{Prefix: "crash-", WaitForServiceAccount: true})
-	stable, rapid := kit.ChannelVersion(t, "stable"), kit.ChannelVersion(t, "rapid")
-	if stable == rapid {
-		t.Fatalf("channels stable and rapid both at %s: the cycle would change nothing", stable)
+	// The cycle moves every app to another version and back: to rapid's,
+	// or, when a promotion has put stable at rapid's version, to another
+	// version pinned with spec.version.
+	stable, other := kit.ChannelVersion(t, "stable"), kit.ChannelVersion(t, "rapid")
+	away, awayPatch := "stable → rapid", `{"spec":{"channel":"rapid"}}`
+	if other == stable {
+		for _, v := range kit.Versions(t) {
+			if v != stable {
+				other = v
+			}
+		}
+		if other == stable {
+			t.Fatalf("only version %s exists: the cycle would change nothing", stable)
+		}
+		away, awayPatch = "stable → pinned "+other, fmt.Sprintf(`{"spec":{"version":%q}}`, other)
 	}
 
 	seed := uint64(time.Now().UnixNano())
@@ -183,10 +195,10 @@ func TestCrashConsistency(t *testing.T) {
 
 	names := e.createApps(ctx, ns, apps, webappv1.SimpleWebAppSpec{Channel: "stable", Message: "m0", Replicas: ptrInt32(1)})
 	phase("create (stable)", stable)
-	e.patchAll(ctx, ns, names, `{"spec":{"channel":"rapid"}}`)
-	phase("stable → rapid", rapid)
-	e.patchAll(ctx, ns, names, `{"spec":{"channel":"stable"}}`)
-	phase("rapid → stable", stable)
+	e.patchAll(ctx, ns, names, awayPatch)
+	phase(away, other)
+	e.patchAll(ctx, ns, names, `{"spec":{"channel":"stable","version":null}}`)
+	phase("back to stable", stable)
 	e.patchAll(ctx, ns, names, `{"spec":{"message":"m1"}}`)
 	phase("message change", stable)
 	// More message changes until the planned crashes happened (bounded).
@@ -203,8 +215,8 @@ func TestCrashConsistency(t *testing.T) {
 	if crashes < planned {
 		t.Errorf("%d crashes happened, %d planned", crashes, planned)
 	}
-	t.Logf("FIGURE crash consistency: %d apps, %d crashes (exit 137 after a random 1..%d-th write), cycle stable→rapid→stable→message in %s; all Ready %s after the last crash",
-		apps, crashes, c.maxK, time.Since(t0).Round(time.Second), time.Since(lastCrash).Round(100*time.Millisecond))
+	t.Logf("FIGURE crash consistency: %d apps, %d crashes (exit 137 after a random 1..%d-th write), cycle %s → back to stable → message in %s; all Ready %s after the last crash",
+		apps, crashes, c.maxK, away, time.Since(t0).Round(time.Second), time.Since(lastCrash).Round(100*time.Millisecond))
 
 	// No orphans.
 	orph, total, err := orphans(ctx, e.C, ns)
