@@ -104,23 +104,60 @@ type applied struct {
 
 // Apply makes the cluster hold r for swa. force applies every object even
 // when nothing seems to differ (a requested reconcile).
+//
+// The objects go in two waves: first everything the workload reads
+// (ConfigMaps, the Service, ...), then the Deployment, so that its pods never
+// start without their volumes. The writes of one wave are independent and
+// run in parallel: a new SimpleWebApp costs two round trips, not one per
+// object. The first error (in render order) is returned, and a wave with an
+// error stops the next.
 func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rendered, force bool) (applied, error) {
 	var res applied
 	id := applySetID(swa)
+	var first, workloads []*unstructured.Unstructured
 	for _, o := range r.Objects {
-		desired := desired(swa, o, id)
-		var partial *unstructured.Unstructured
-		for _, h := range r.Handoffs {
-			if identity(h) == identity(o) {
-				partial = h
+		if o.GroupVersionKind() == appsv1.SchemeGroupVersion.WithKind("Deployment") {
+			workloads = append(workloads, o)
+		} else {
+			first = append(first, o)
+		}
+	}
+	for _, wave := range [][]*unstructured.Unstructured{first, workloads} {
+		results := make([]applied, len(wave))
+		errs := make([]error, len(wave))
+		var wg sync.WaitGroup
+		for i, o := range wave {
+			var partial *unstructured.Unstructured
+			for _, h := range r.Handoffs {
+				if identity(h) == identity(o) {
+					partial = h
+				}
+			}
+			ensure := func() {
+				live, err := a.ensure(ctx, swa, desired(swa, o, id), partial, force, &results[i])
+				if d, ok := live.(*appsv1.Deployment); ok {
+					results[i].workload = d
+				}
+				errs[i] = err
+			}
+			if len(wave) == 1 {
+				ensure()
+				continue
+			}
+			wg.Go(ensure)
+		}
+		wg.Wait()
+		for i := range wave {
+			res.writes += results[i].writes
+			res.takenOver = append(res.takenOver, results[i].takenOver...)
+			if results[i].workload != nil {
+				res.workload = results[i].workload
 			}
 		}
-		live, err := a.ensure(ctx, swa, desired, partial, force, &res)
-		if err != nil {
-			return res, err
-		}
-		if d, ok := live.(*appsv1.Deployment); ok {
-			res.workload = d
+		for _, err := range errs {
+			if err != nil {
+				return res, err
+			}
 		}
 	}
 	return res, nil

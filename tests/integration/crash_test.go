@@ -81,6 +81,19 @@ func TestInventoryRecordedBeforeCreate(t *testing.T) {
 		created[cm.Name] = rvOf(cm)
 	})
 
+	// Objects are written in waves, each in parallel: the Deployment only
+	// after the ConfigMaps its pods mount exist.
+	deploymentCreated := uint64(0)
+	record(&appsv1.DeploymentList{}, func(ev watch.Event) {
+		d, ok := ev.Object.(*appsv1.Deployment)
+		if !ok || ev.Type != watch.Added {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		deploymentCreated = rvOf(d)
+	})
+
 	create(t, newWebApp(ns, "inv", 1, "first"))
 	readyRV := rvOf(rolledOutAndReady(t, ns, "inv"))
 	first := deployment(t, ns, "inv", "Deployment of inv", func(*appsv1.Deployment) (bool, string) { return true, "" })
@@ -126,6 +139,14 @@ func TestInventoryRecordedBeforeCreate(t *testing.T) {
 	t.Logf("%d status writes from create to Ready", statusWrites)
 	if len(created) < 2 {
 		t.Fatalf("ConfigMaps created: %v, want one per message", created)
+	}
+	for _, v := range first.Spec.Template.Spec.Volumes {
+		if v.ConfigMap == nil {
+			continue
+		}
+		if rv, ok := created[v.ConfigMap.Name]; !ok || deploymentCreated == 0 || rv > deploymentCreated {
+			t.Errorf("ConfigMap %s created at resourceVersion %d (seen: %t), the Deployment at %d: want the ConfigMap first", v.ConfigMap.Name, rv, ok, deploymentCreated)
+		}
 	}
 	for name, createdAt := range created {
 		listed := uint64(0)
