@@ -61,7 +61,7 @@ func main() {
 	flag.BoolVar(&o.skipBare, "skip-bare", false, "do not run the bare client")
 	flag.BoolVar(&o.skipChannelMove, "skip-channel-move", false, "do not move the channel")
 	flag.BoolVar(&o.baselineChannelMove, "baseline-channel-move", false, "move the channel for the baseline too")
-	flag.BoolVar(&o.pprof, "pprof", false, "save a heap profile of the operator after the restart (needs --pprof-bind-address, so not for a baseline)")
+	flag.BoolVar(&o.pprof, "pprof", false, "save a CPU profile of the operator's first 20 s of convergence and a heap profile after the restart (needs --pprof-bind-address, so not for a baseline)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the clusters' directories (logs, audit logs)")
 	flag.StringVar(&o.operatorArgs, "operator-args", "", "more flags for the operator (space-separated)")
 	flag.StringVar(&o.gomemlimit, "gomemlimit", "", "GOMEMLIMIT of the operator (not the baseline), e.g. 90MiB")

@@ -86,6 +86,18 @@ func runOperator(ctx context.Context, dir, root, bin, name string, o opts, chann
 	res := &opResult{}
 
 	// Create N SimpleWebApps, o.workers in flight.
+	cpuProfiled := make(chan struct{})
+	if pprof {
+		// Where the operator's CPU goes while it converges.
+		go func() {
+			defer close(cpuProfiled)
+			if err := op.cpuProfile(filepath.Join(o.out, fmt.Sprintf("cpu-n%d-ns%d.pb.gz", o.n, o.namespaces)), 20*time.Second); err != nil {
+				logf("  CPU profile: %v", err)
+			}
+		}()
+	} else {
+		close(cpuProfiled)
+	}
 	cpu0 := statsOf(op.Pid()).CPUSeconds
 	mark := e.audit.mark()
 	t0 := time.Now()
@@ -123,6 +135,7 @@ func runOperator(ctx context.Context, dir, root, bin, name string, o opts, chann
 	res.Objects = len(objs)
 	logf("  quiet; %d requests (%s), %.0f reconciles, %.1f CPU s, peak RSS %.0f MiB", res.Requests.Total, res.Requests.verbs(), res.Reconciles, res.CPUSeconds, res.Stats.PeakRSSMiB)
 
+	<-cpuProfiled
 	// Restart with nothing changed.
 	before, err := allVersions(ctx, e.C)
 	if err != nil {

@@ -184,6 +184,25 @@ func (op *operator) memStats() map[string]float64 {
 	return out
 }
 
+// cpuProfile saves a CPU profile of the next d.
+func (op *operator) cpuProfile(path string, d time.Duration) error {
+	if op.pprof == "" {
+		return nil
+	}
+	resp, err := http.Get(fmt.Sprintf("%s/profile?seconds=%d", op.pprof, int(d.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
+
 // heapProfile saves a heap profile and returns `go tool pprof -top` of it.
 func (op *operator) heapProfile(path string) (string, error) {
 	if op.pprof == "" {

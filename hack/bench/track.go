@@ -106,7 +106,11 @@ func (t *tracker) counts() appCounts {
 	c := appCounts{atVersion: map[string]int{}}
 	for _, a := range t.apps {
 		c.total++
-		if a.Status.ObservedGeneration >= a.Generation {
+		// Applied: the generation is observed and its Deployment, the last
+		// object the operator creates, exists. observedGeneration alone
+		// would count an app when its inventory is recorded, before its
+		// objects are created.
+		if a.Status.ObservedGeneration >= a.Generation && t.hasWorkload(a) {
 			c.applied++
 		}
 		if r := apimeta.FindStatusCondition(a.Status.Conditions, webappv1.ConditionReady); r != nil &&
@@ -122,6 +126,17 @@ func (t *tracker) counts() appCounts {
 		}
 	}
 	return c
+}
+
+// hasWorkload reports whether the Deployment a's inventory names exists.
+func (t *tracker) hasWorkload(a *webappv1.SimpleWebApp) bool {
+	for _, r := range a.Status.Inventory {
+		if r.Group == "apps" && r.Kind == "Deployment" {
+			_, ok := t.deps[a.Namespace+"/"+r.Name]
+			return ok
+		}
+	}
+	return false
 }
 
 // readyDeployments counts Deployments whose every replica is updated and
