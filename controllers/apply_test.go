@@ -86,18 +86,27 @@ func TestChangedBeyondStatus(t *testing.T) {
 // field sets.
 func TestTrimManagedFields(t *testing.T) {
 	raw := &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}
+	sidecar := &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{}}}}}`)}
 	d := &appsv1.Deployment{}
 	d.ManagedFields = []metav1.ManagedFieldsEntry{
 		{Manager: ManagerName, Operation: metav1.ManagedFieldsOperationApply, FieldsV1: raw},
 		{Manager: ManagerName, Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: raw},
 		{Manager: HandoffManager, Operation: metav1.ManagedFieldsOperationApply, FieldsV1: raw},
 		{Manager: "kube-controller-manager", Subresource: "status", FieldsV1: raw},
-		{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: raw},
+		{Manager: "kubectl-edit", Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: sidecar},
+		{Manager: "kubectl-rollout", Operation: metav1.ManagedFieldsOperationUpdate, FieldsV1: raw},
 	}
 	out, _ := trimManagedFields(d)
 	got := out.(*appsv1.Deployment).ManagedFields
-	if len(got) != 4 || got[0].FieldsV1 != nil || got[1].FieldsV1 == nil || got[2].FieldsV1 != nil || got[3].Manager != "kubectl-edit" || got[3].FieldsV1 == nil {
+	// Our entries and the foreign one without sensitive fields keep only
+	// their presence; the sidecar's manager keeps its fields (a take-over
+	// reads them); the status manager is gone.
+	if len(got) != 5 || got[0].FieldsV1 != nil || got[1].FieldsV1 != nil || got[2].FieldsV1 != nil ||
+		got[3].Manager != "kubectl-edit" || got[3].FieldsV1 == nil || got[4].Manager != "kubectl-rollout" || got[4].FieldsV1 != nil {
 		t.Errorf("kept %+v", got)
+	}
+	if fields := foreignSensitiveFields(got); len(fields) != 1 {
+		t.Errorf("sensitive fields after the trim: %v, want the sidecar's manager", fields)
 	}
 }
 

@@ -128,8 +128,10 @@ func kindOf(o client.Object) (metav1.GroupVersionKind, bool) {
 // trimManagedFields is the cache's transform of managed objects: it keeps
 // what the Applier reads from field managers (who owns what outside status)
 // and drops the rest, so the cache stays small: the entries of subresources
-// (status, scale), and the field sets of the operator's own apply entries
-// (their presence is what counts; a take-over reads them uncached).
+// (status, scale), the field sets of the operator's own entries (their
+// presence is what counts; a take-over reads the write's response) and those
+// of foreign managers that own no field that matters for security or
+// exposure (the create's entry alone held about 1 KiB per object).
 func trimManagedFields(obj any) (any, error) {
 	o, ok := obj.(client.Object)
 	if !ok {
@@ -144,9 +146,13 @@ func trimManagedFields(obj any) (any, error) {
 		if e.Subresource != "" && e.Manager != HandoffManager {
 			continue
 		}
-		if e.Operation == metav1.ManagedFieldsOperationApply && slices.Contains(ourManagers, e.Manager) {
+		switch {
+		case slices.Contains(ourManagers, e.Manager):
+			// Only the presence of our entries is read from the cache.
+			e.FieldsV1, e.Time = nil, nil
+		case e.FieldsV1 != nil && len(sensitiveFields(e.FieldsV1.Raw)) == 0:
+			// A foreign manager's fields are read only when they matter.
 			e.FieldsV1 = nil
-			e.Time = nil
 		}
 		kept = append(kept, e)
 	}
