@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 // auditPolicy logs, at Metadata level, only the requests of the users the
@@ -142,21 +145,17 @@ func (a *auditLog) since(mark int, user string) []auditEvent {
 // waitQuiet returns once user has sent no request for quiet (at least quiet
 // from now), or after timeout, and says whether it went quiet.
 func (a *auditLog) waitQuiet(user string, quiet, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
 	last := time.Now()
 	m := a.mark()
-	for time.Now().Before(deadline) {
-		time.Sleep(250 * time.Millisecond) // a poll of a local file
+	_, _, err := kit.Poll(context.Background(), 250*time.Millisecond, timeout, func(context.Context) (bool, string, error) {
 		if ev := a.since(m, user); len(ev) > 0 {
 			m += countAll(a, m) // everything up to now is seen
 			last = time.Now()
-			continue
+			return false, "", nil
 		}
-		if time.Since(last) >= quiet {
-			return true
-		}
-	}
-	return false
+		return time.Since(last) >= quiet, "", nil
+	})
+	return err == nil
 }
 
 // countAll is how many events (of any user) follow mark.

@@ -19,30 +19,29 @@ import (
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/channels"
 	"example.com/simplewebapp-operator/controllers"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 // The channel the apps follow, as a --channels-dir file: first at from, then
 // moved to to.
-const (
-	channelName = "rapid"
-	fromVersion = "1.0.0"
-	toVersion   = "1.1.0"
-)
+const channelName = "rapid"
 
+// fromVersion and toVersion are the two newest package versions: no version
+// is named here, so a new version or a promotion changes nothing in the bench.
+var fromVersion, toVersion = moveVersions()
+
+func moveVersions() (string, string) {
+	vs := kit.Versions(kit.Main)
+	if len(vs) < 2 {
+		return vs[0], vs[0]
+	}
+	return vs[len(vs)-2], vs[len(vs)-1]
+}
+
+// writeChannel writes the channel file channelName into dir, atomically (the
+// operator never reads half a file).
 func writeChannel(dir string, versions ...string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	s := "manifests:\n"
-	for _, v := range versions {
-		s += fmt.Sprintf("- name: %s\n  version: %s\n", controllers.PackageName, v)
-	}
-	// Written whole and renamed, so the operator never reads half a file.
-	tmp := filepath.Join(dir, "."+channelName+".tmp")
-	if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, channelName))
+	return kit.DirTree(dir).Write(map[string]string{channelName: kit.ChannelYAML(versions...)})
 }
 
 func newApp(i int, o opts) *webappv1.SimpleWebApp {

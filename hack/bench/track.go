@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/kit"
 )
 
 // tracker follows SimpleWebApps and Deployments through one watch each
@@ -170,22 +171,24 @@ func (t *tracker) maxUpgrades() int {
 }
 
 // waitUntil polls cond (in memory) every 50ms until it holds or timeout
-// passes; it returns the time it took and whether it held.
+// passes, logging progress every 15 s; it returns the time it took and
+// whether it held.
 func waitUntil(timeout time.Duration, cond func() bool, progress func() string) (time.Duration, bool) {
 	t0 := time.Now()
 	lastLog := t0
-	for {
+	took, _, err := kit.Poll(context.Background(), 50*time.Millisecond, timeout, func(context.Context) (bool, string, error) {
 		if cond() {
-			return time.Since(t0), true
-		}
-		if time.Since(t0) > timeout {
-			logf("  timed out after %s: %s", timeout, progress())
-			return time.Since(t0), false
+			return true, "", nil
 		}
 		if time.Since(lastLog) > 15*time.Second {
 			logf("  ... %s: %s", time.Since(t0).Round(time.Second), progress())
 			lastLog = time.Now()
 		}
-		time.Sleep(50 * time.Millisecond) // an in-memory check
+		return false, "", nil
+	})
+	if err != nil {
+		logf("  timed out after %s: %s", timeout, progress())
+		return took, false
 	}
+	return took, true
 }
