@@ -62,6 +62,8 @@ type bareResult struct {
 	ReadySeconds   float64  `json:"readySeconds"`
 	Objects        int      `json:"objects"`
 	Requests       requests `json:"requests"`
+	// ControlPlaneCPU: CPU seconds per control-plane process until applied.
+	ControlPlaneCPU map[string]float64 `json:"controlPlaneCPUSecondsToApplied"`
 }
 
 // runBare creates the SimpleWebApps (no operator runs) and server-side-applies
@@ -116,6 +118,7 @@ func runBare(ctx context.Context, dir, root string, o opts) (*bareResult, error)
 		return nil, err
 	}
 	mark := e.audit.mark()
+	cp0 := controlPlaneCPU(e.Cluster)
 	t0 = time.Now()
 	next := make(chan int)
 	errs := make(chan error, o.workers)
@@ -149,6 +152,7 @@ func runBare(ctx context.Context, dir, root string, o opts) (*bareResult, error)
 	default:
 	}
 	res.AppliedSeconds = time.Since(t0).Seconds()
+	res.ControlPlaneCPU = cpuSince(e.Cluster, cp0)
 	logf("  created and applied in %.1fs", res.AppliedSeconds)
 	d, ok := waitUntil(30*time.Minute, func() bool { return e.track.readyDeployments() >= o.n },
 		func() string { return fmt.Sprintf("%d/%d Deployments ready", e.track.readyDeployments(), o.n) })

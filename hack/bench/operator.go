@@ -33,6 +33,10 @@ type opResult struct {
 	Reconciles     float64   `json:"reconciles"`
 	Stats          procStats `json:"stats"`
 	CPUSeconds     float64   `json:"cpuSecondsCreateToQuiet"`
+	// ControlPlaneCPU: CPU seconds per control-plane process from the
+	// first create until applied; OperatorCPUToApplied the operator's.
+	ControlPlaneCPU      map[string]float64 `json:"controlPlaneCPUSecondsToApplied"`
+	OperatorCPUToApplied float64            `json:"operatorCPUSecondsToApplied"`
 
 	Restart struct {
 		phase
@@ -95,10 +99,17 @@ func runOperator(ctx context.Context, dir, root, bin, name string, o opts, chann
 				logf("  CPU profile: %v", err)
 			}
 		}()
+		go func() {
+			// The API server's side of the same 20 s.
+			if err := apiServerCPUProfile(e.Cluster, filepath.Join(o.out, fmt.Sprintf("apiserver-cpu-n%d-ns%d.pb.gz", o.n, o.namespaces)), 20*time.Second); err != nil {
+				logf("  kube-apiserver CPU profile: %v", err)
+			}
+		}()
 	} else {
 		close(cpuProfiled)
 	}
 	cpu0 := statsOf(op.Pid()).CPUSeconds
+	cp0 := controlPlaneCPU(e.Cluster)
 	mark := e.audit.mark()
 	t0 := time.Now()
 	if err := createApps(ctx, e.C, o); err != nil {
@@ -114,6 +125,8 @@ func runOperator(ctx context.Context, dir, root, bin, name string, o opts, chann
 		return nil, fmt.Errorf("not applied\n%s", op.LogTail(20))
 	}
 	res.AppliedSeconds = time.Since(t0).Seconds()
+	res.ControlPlaneCPU = cpuSince(e.Cluster, cp0)
+	res.OperatorCPUToApplied = statsOf(op.Pid()).CPUSeconds - cpu0
 	logf("  all applied after %.1fs", res.AppliedSeconds)
 	if _, ok := waitUntil(30*time.Minute, func() bool { c := e.track.counts(); return c.ready >= o.n }, progress); !ok {
 		return nil, fmt.Errorf("not ready\n%s", op.LogTail(20))

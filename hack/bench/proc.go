@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"k8s.io/client-go/rest"
 
 	"example.com/simplewebapp-operator/tests/cluster"
 	"example.com/simplewebapp-operator/tests/operatortest"
@@ -81,6 +82,28 @@ type procStats struct {
 	CPUSeconds float64 `json:"cpuSeconds"`
 	RSSMiB     float64 `json:"rssMiB"`
 	PeakRSSMiB float64 `json:"peakRssMiB"`
+}
+
+// controlPlaneCPU is the CPU seconds each control-plane process has used so
+// far: where the time goes when the operator is not the bottleneck.
+func controlPlaneCPU(c *cluster.Cluster) map[string]float64 {
+	out := map[string]float64{}
+	for _, name := range []string{cluster.APIServer, cluster.Etcd, cluster.ControllerManager, cluster.Scheduler, cluster.Kwok} {
+		if pid := c.PID(name); pid > 0 {
+			out[name] = statsOf(pid).CPUSeconds
+		}
+	}
+	return out
+}
+
+// cpuSince is the CPU seconds used since before (a controlPlaneCPU), by
+// process.
+func cpuSince(c *cluster.Cluster, before map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for name, s := range controlPlaneCPU(c) {
+		out[name] = s - before[name]
+	}
+	return out
 }
 
 func statsOf(pid int) procStats {
@@ -194,6 +217,32 @@ func (op *operator) cpuProfile(path string, d time.Duration) error {
 		return err
 	}
 	defer resp.Body.Close()
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}
+
+// apiServerCPUProfile saves a CPU profile of the kube-apiserver over the
+// next d (its /debug/pprof, as the cluster's admin).
+func apiServerCPUProfile(c *cluster.Cluster, path string, d time.Duration) error {
+	cfg := c.RESTConfig()
+	cfg.Timeout = d + 30*time.Second
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", cfg.Host, int(d.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("kube-apiserver profile: %s", resp.Status)
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err

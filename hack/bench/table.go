@@ -85,8 +85,16 @@ func table(r *result) string {
 		return fmt.Sprintf(" (%.2f×)", x/r.Bare.AppliedSeconds)
 	}
 	row("create the CRs", "(within applied)", func(o *opResult) string { return fmt.Sprintf("%.1f s", o.CreateSeconds) })
-	row("all applied (operator: every observedGeneration current)", bare(func(x *bareResult) string { return fmt.Sprintf("%.1f s", x.AppliedSeconds) }),
+	row("all applied (operator: every observedGeneration current and every Deployment created)", bare(func(x *bareResult) string { return fmt.Sprintf("%.1f s", x.AppliedSeconds) }),
 		func(o *opResult) string { return fmt.Sprintf("%.1f s%s", o.AppliedSeconds, ratio(o.AppliedSeconds)) })
+	cp := func(m map[string]float64) string {
+		return fmt.Sprintf("apiserver %.1f, etcd %.1f, controller-manager %.1f, scheduler %.1f, kwok %.1f",
+			m["kube-apiserver"], m["etcd"], m["kube-controller-manager"], m["kube-scheduler"], m["kwok"])
+	}
+	row("CPU seconds until applied", bare(func(x *bareResult) string { return cp(x.ControlPlaneCPU) }),
+		func(o *opResult) string {
+			return fmt.Sprintf("operator %.1f, %s", o.OperatorCPUToApplied, cp(o.ControlPlaneCPU))
+		})
 	row("all Ready", bare(func(x *bareResult) string { return fmt.Sprintf("%.1f s", x.ReadySeconds) }),
 		func(o *opResult) string { return fmt.Sprintf("%.1f s", o.ReadySeconds) })
 	row("requests until quiet, per app", bare(func(x *bareResult) string {
