@@ -212,18 +212,7 @@ func (op *operator) cpuProfile(path string, d time.Duration) error {
 	if op.pprof == "" {
 		return nil
 	}
-	resp, err := http.Get(fmt.Sprintf("%s/profile?seconds=%d", op.pprof, int(d.Seconds())))
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	return err
+	return saveProfile(http.DefaultClient, fmt.Sprintf("%s/profile?seconds=%d", op.pprof, int(d.Seconds())), path)
 }
 
 // apiServerCPUProfile saves a CPU profile of the kube-apiserver over the
@@ -235,21 +224,28 @@ func apiServerCPUProfile(c *cluster.Cluster, path string, d time.Duration) error
 	if err != nil {
 		return err
 	}
-	resp, err := hc.Get(fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", cfg.Host, int(d.Seconds())))
+	return saveProfile(hc, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", cfg.Host, int(d.Seconds())), path)
+}
+
+// saveProfile GETs a pprof profile from url into path.
+func saveProfile(hc *http.Client, url, path string) error {
+	resp, err := hc.Get(url)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("kube-apiserver profile: %s", resp.Status)
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	return err
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // heapProfile saves a heap profile and returns `go tool pprof -top` of it.
@@ -257,20 +253,9 @@ func (op *operator) heapProfile(path string) (string, error) {
 	if op.pprof == "" {
 		return "", nil
 	}
-	resp, err := http.Get(op.pprof + "/heap?gc=1")
-	if err != nil {
+	if err := saveProfile(http.DefaultClient, op.pprof+"/heap?gc=1", path); err != nil {
 		return "", err
 	}
-	defer resp.Body.Close()
-	f, err := os.Create(path)
-	if err != nil {
-		return "", err
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return "", err
-	}
-	f.Close()
 	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", "-sample_index=inuse_space", path).CombinedOutput()
 	return string(out), err
 }
