@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -23,12 +20,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/controllers"
 	"example.com/simplewebapp-operator/tests/cluster"
 	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/tests/operatortest"
 )
 
 var (
@@ -82,7 +79,7 @@ func run(m *testing.M) int {
 	// The operator runs with nothing but the generated role
 	// (config/rbac/role.yaml), as its ServiceAccount: a kind or verb the
 	// markers miss fails here as it would in a real install.
-	operatorCfg, err := operatorIdentity(cfg, root)
+	operatorCfg, err := operatortest.ImpersonatingOperator(context.Background(), k8s, cfg, root)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "operator identity:", err)
 		return 1
@@ -120,37 +117,4 @@ func run(m *testing.M) int {
 		}
 	}()
 	return m.Run()
-}
-
-// operatorIdentity binds the generated ClusterRole to a ServiceAccount and
-// returns cfg impersonating it.
-func operatorIdentity(cfg *rest.Config, root string) (*rest.Config, error) {
-	ctx := context.Background()
-	const ns, sa = "simplewebapp-system", "controller-manager"
-	raw, err := os.ReadFile(filepath.Join(root, "config/rbac/role.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.UnmarshalStrict(raw, role); err != nil {
-		return nil, err
-	}
-	for _, obj := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}},
-		role,
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "simplewebapp-manager"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}},
-		},
-	} {
-		if err := k8s.Create(ctx, obj); err != nil {
-			return nil, err
-		}
-	}
-	out := rest.CopyConfig(cfg)
-	out.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
-	return out, nil
 }

@@ -12,9 +12,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -24,11 +21,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/yaml"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/controllers"
 	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/tests/operatortest"
 )
 
 // Env is a running API server with the operator.
@@ -77,7 +74,7 @@ func Start(channels controllers.Channels) (_ *Env, err error) {
 	if err := writeKubeconfig(cfg, e.Kubeconfig); err != nil {
 		return nil, err
 	}
-	opCfg, err := operatorIdentity(ctx, e.Client, cfg, root)
+	opCfg, err := operatortest.ImpersonatingOperator(ctx, e.Client, cfg, root)
 	if err != nil {
 		return nil, err
 	}
@@ -124,37 +121,4 @@ func writeKubeconfig(cfg *rest.Config, path string) error {
 	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "admin"}
 	kc.CurrentContext = "envtest"
 	return clientcmd.WriteToFile(*kc, path)
-}
-
-// operatorIdentity binds the generated ClusterRole to a ServiceAccount and
-// returns cfg impersonating it: a verb the RBAC markers miss fails here as
-// in a real install.
-func operatorIdentity(ctx context.Context, c client.Client, cfg *rest.Config, root string) (*rest.Config, error) {
-	const ns, sa = "simplewebapp-system", "controller-manager"
-	raw, err := os.ReadFile(filepath.Join(root, "config/rbac/role.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.UnmarshalStrict(raw, role); err != nil {
-		return nil, err
-	}
-	for _, obj := range []client.Object{
-		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: sa}},
-		role,
-		&rbacv1.ClusterRoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: "simplewebapp-manager"},
-			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: sa}},
-		},
-	} {
-		if err := c.Create(ctx, obj); err != nil {
-			return nil, err
-		}
-	}
-	out := rest.CopyConfig(cfg)
-	out.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + sa,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
-	return out, nil
 }
