@@ -89,7 +89,7 @@ type procStats struct {
 func controlPlaneCPU(c *cluster.Cluster) map[string]float64 {
 	out := map[string]float64{}
 	for _, name := range []string{cluster.APIServer, cluster.Etcd, cluster.ControllerManager, cluster.Scheduler, cluster.Kwok} {
-		if pid := c.PID(name); pid > 0 {
+		if pid := c.PIDs[name]; pid > 0 {
 			out[name] = statsOf(pid).CPUSeconds
 		}
 	}
@@ -108,16 +108,7 @@ func cpuSince(c *cluster.Cluster, before map[string]float64) map[string]float64 
 
 func statsOf(pid int) procStats {
 	var s procStats
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		// Fields after the command name (which may hold spaces): utime is
-		// field 14, stime 15 of the whole line.
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-		if len(f) > 13 {
-			ut, _ := strconv.ParseFloat(f[11], 64)
-			st, _ := strconv.ParseFloat(f[12], 64)
-			s.CPUSeconds = (ut + st) / 100 // USER_HZ
-		}
-	}
+	s.CPUSeconds, _ = cluster.CPUSeconds(pid)
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			f := strings.Fields(l)

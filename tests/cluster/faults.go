@@ -56,15 +56,6 @@ func (c *Cluster) Signal(component string, sig syscall.Signal) error {
 	return syscall.Kill(p.pid, sig)
 }
 
-// PID is the process ID of a running component, 0 if there is none (for
-// measuring its CPU from /proc).
-func (c *Cluster) PID(component string) int {
-	if _, p := c.find(component); p != nil && !p.exited() {
-		return p.pid
-	}
-	return 0
-}
-
 func (c *Cluster) find(component string) (int, *proc) {
 	for i, p := range c.procs {
 		if p.name == component {

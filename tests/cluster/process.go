@@ -109,6 +109,35 @@ type NamedPID struct {
 	PID  int
 }
 
+// CPUSeconds is the user and system CPU time pid has used, from
+// /proc/<pid>/stat.
+func CPUSeconds(pid int) (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after "(comm) ", which may hold spaces: state is the first,
+	// utime the 12th and stime the 13th, in clock ticks (USER_HZ, 100).
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || len(s) < i+2 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	f := strings.Fields(s[i+2:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
+	}
+	ut, err := strconv.ParseFloat(f[11], 64)
+	if err != nil {
+		return 0, err
+	}
+	st, err := strconv.ParseFloat(f[12], 64)
+	if err != nil {
+		return 0, err
+	}
+	return (ut + st) / 100, nil
+}
+
 // Alive reports whether pid is a running process of the named component. It
 // checks the command name so that a recycled PID of an unrelated process is
 // never taken for (or signalled as) ours; zombies count as gone.

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/tests/cluster"
 	"example.com/simplewebapp-operator/tests/kit"
 	"example.com/simplewebapp-operator/tests/operatortest"
 )
@@ -56,7 +57,8 @@ func tenantAttempts() map[string][]webappv1.Patch {
 // alone: no pod with host access or privilege ever exists, Services stay
 // ClusterIP without external IPs, and each attempt is refused with its
 // reason. The abusive SimpleWebApps do not slow the ordinary ones down
-// (both times are logged) and the operator stays small and alive.
+// (both times are logged), cost the operator under 1 s of CPU each, and the
+// operator stays small and alive.
 func TestTenantGetsNothingBeyondTheirRights(t *testing.T) {
 	ctx := t.Context()
 	ns := kit.Namespace(t, env.C, kit.NS{Prefix: "tenant-", WaitForServiceAccount: true}) // no Pod Security labels
@@ -66,8 +68,10 @@ func TestTenantGetsNothingBeyondTheirRights(t *testing.T) {
 	}
 
 	// Baseline: 10 ordinary SimpleWebApps alone.
+	cpu0 := operatorCPU(t)
 	baseline := readyTime(t, ctx, tenant, ns, "calm", 10, nil)
-	t.Logf("10 ordinary SimpleWebApps Ready in %s without abusers", baseline.Round(time.Millisecond))
+	cpuCalm := operatorCPU(t) - cpu0
+	t.Logf("10 ordinary SimpleWebApps Ready in %s without abusers (operator CPU %.2f s)", baseline.Round(time.Millisecond), cpuCalm)
 
 	// The same next to every attempt. Pods are sampled all along.
 	stop := make(chan struct{})
@@ -86,6 +90,7 @@ func TestTenantGetsNothingBeyondTheirRights(t *testing.T) {
 		}
 	}()
 	attempts := tenantAttempts()
+	cpu1 := operatorCPU(t)
 	withAbusers := readyTime(t, ctx, tenant, ns, "busy", 10, func() {
 		for name, patches := range attempts {
 			swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -112,10 +117,18 @@ func TestTenantGetsNothingBeyondTheirRights(t *testing.T) {
 			took = c.LastTransitionTime.Sub(swa.CreationTimestamp.Time)
 			return c.Reason == webappv1.ReasonPatchNotAllowed || c.Reason == webappv1.ReasonPolicyViolation, c.Reason + ": " + c.Message
 		})
+		// Wall clock from creation includes the queue behind the ordinary
+		// apps and the machine's load: logged, not judged.
 		t.Logf("%s refused %s after its creation (second precision)", name, took)
-		if took > 2*time.Second {
-			t.Errorf("%s refused %s after its creation: not refused at once", name, took)
-		}
+	}
+	// What the abusive ones cost the operator: its CPU time for the busy
+	// round beyond the calm one (the same 10 ordinary apps). A patch that
+	// made the render explode (the copy bomb, the CEL bomb) would cost
+	// seconds to minutes each.
+	cpuAbuse := operatorCPU(t) - cpu1 - cpuCalm
+	t.Logf("operator CPU: %.2f s for the busy round, %.2f s beyond the calm one for %d abusive SimpleWebApps", cpuAbuse+cpuCalm, cpuAbuse, len(attempts))
+	if limit := float64(len(attempts)); cpuAbuse > limit {
+		t.Errorf("the %d abusive SimpleWebApps cost the operator %.2f CPU s, want under 1 s each", len(attempts), cpuAbuse)
 	}
 	close(stop)
 	var seen []string
@@ -235,6 +248,16 @@ func exposure(ctx context.Context, ns string) []string {
 		}
 	}
 	return out
+}
+
+// operatorCPU is the CPU seconds the operator process has used.
+func operatorCPU(t *testing.T) float64 {
+	t.Helper()
+	s, err := cluster.CPUSeconds(env.op.Pid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // peakRSS is the process's peak resident set size (VmHWM), in bytes.
