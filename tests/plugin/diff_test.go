@@ -225,25 +225,28 @@ func TestVersions(t *testing.T) {
 // spec; diff and versions pick the version it would, and say why.
 func TestHeldBackAfterRollback(t *testing.T) {
 	ns := kit.Namespace(t, env.Client, kit.NS{Prefix: "plugin-", Keep: true})
-	stable, rapid := kit.ChannelVersion(t, "stable"), kit.ChannelVersion(t, "rapid")
-	if stable == rapid {
-		t.Fatalf("needs two versions: stable and rapid are both %s", stable)
+	// Two pinned versions, the newer one failing to roll out. Not the
+	// channels' versions: a promotion may put both channels at one version.
+	vs := kit.Versions(t)
+	if len(vs) < 2 {
+		t.Fatalf("needs two package versions, has %v", vs)
 	}
-	deployed(t, writeCR(t, ns, "held", "version: "+stable+"\n  upgradeTimeout: 5s"))
-	upgrade := writeCR(t, ns, "held", "version: "+rapid+"\n  upgradeTimeout: 5s")
+	good, failing := vs[len(vs)-2], vs[len(vs)-1]
+	deployed(t, writeCR(t, ns, "held", "version: "+good+"\n  upgradeTimeout: 5s"))
+	upgrade := writeCR(t, ns, "held", "version: "+failing+"\n  upgradeTimeout: 5s")
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		app := &webappv1.SimpleWebApp{}
 		if err := env.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "held"}, app); err != nil {
 			return err
 		}
-		app.Spec.Version = rapid
+		app.Spec.Version = failing
 		return env.Client.Update(t.Context(), app)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	app := &webappv1.SimpleWebApp{}
-	kit.WaitFor(t, timeout, "rolled back to "+stable, func(ctx context.Context) (bool, string) {
+	kit.WaitFor(t, timeout, "rolled back to "+good, func(ctx context.Context) (bool, string) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held"}, app); err != nil {
 			return false, err.Error()
 		}
@@ -254,7 +257,7 @@ func TestHeldBackAfterRollback(t *testing.T) {
 	if err := env.MarkRolledOut(t.Context(), ns, "held-web"); err != nil {
 		t.Fatal(err)
 	}
-	kit.WaitFor(t, timeout, "inventory of "+stable+" only", func(ctx context.Context) (bool, string) {
+	kit.WaitFor(t, timeout, "inventory of "+good+" only", func(ctx context.Context) (bool, string) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held"}, app); err != nil {
 			return false, err.Error()
 		}
@@ -267,18 +270,18 @@ func TestHeldBackAfterRollback(t *testing.T) {
 	})
 
 	code, out, errOut := swaCluster(t, "diff", "-f", upgrade)
-	wantWhy := fmt.Sprintf("version %s (pinned by spec.version, but %s was rolled back (", stable, rapid)
+	wantWhy := fmt.Sprintf("version %s (pinned by spec.version, but %s was rolled back (", good, failing)
 	if code != 0 || out != "" || !strings.Contains(errOut, wantWhy) {
 		t.Errorf("diff of the rolled-back spec: exit %d (want 0), stdout %q, stderr %q (want %q)", code, out, errOut, wantWhy)
 	}
 	code, out, _ = swaCluster(t, "versions", "-f", upgrade)
 	t.Logf("kubectl swa versions -f (after a rollback), exit %d:\n%s", code, out)
-	if code != 0 || !strings.Contains(out, "  would:    stay at "+stable+"\n") || !strings.Contains(out, "was rolled back") {
-		t.Errorf("versions does not say %s stays after the rollback of %s", stable, rapid)
+	if code != 0 || !strings.Contains(out, "  would:    stay at "+good+"\n") || !strings.Contains(out, "was rolled back") {
+		t.Errorf("versions does not say %s stays after the rollback of %s", good, failing)
 	}
 	// A new spec is a new generation: the held-back version is tried again.
-	code, _, errOut = swaCluster(t, "diff", "-f", writeCR(t, ns, "held", "version: "+rapid+"\n  upgradeTimeout: 6s"))
-	if code != 1 || !strings.Contains(errOut, "version "+rapid+" (pinned by spec.version)") {
-		t.Errorf("a new spec: exit %d, stderr %q; want %s tried again", code, errOut, rapid)
+	code, _, errOut = swaCluster(t, "diff", "-f", writeCR(t, ns, "held", "version: "+failing+"\n  upgradeTimeout: 6s"))
+	if code != 1 || !strings.Contains(errOut, "version "+failing+" (pinned by spec.version)") {
+		t.Errorf("a new spec: exit %d, stderr %q; want %s tried again", code, errOut, failing)
 	}
 }
