@@ -109,8 +109,9 @@ type applied struct {
 // (ConfigMaps, the Service, ...), then the Deployment, so that its pods never
 // start without their volumes. The writes of one wave are independent and
 // run in parallel: a new SimpleWebApp's objects cost two round trips (and
-// the Deployment's handoff apply a third), not one per object. The first error (in render order) is returned, and a wave with an
-// error stops the next.
+// the Deployment's handoff apply a third), not one per object. The first
+// error (in render order) is returned, and a wave with an error stops the
+// next.
 func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rendered, force bool) (applied, error) {
 	var res applied
 	id := applySetID(swa)
