@@ -71,28 +71,23 @@ func TestInventoryRecordedBeforeCreate(t *testing.T) {
 		versions = append(versions, version{rvOf(swa), slices.Clone(swa.Status.Inventory), *swa.Status.DeepCopy()})
 		lastRV = max(lastRV, rvOf(swa))
 	})
-	record(&corev1.ConfigMapList{}, func(ev watch.Event) {
-		cm, ok := ev.Object.(*corev1.ConfigMap)
-		if !ok || ev.Type != watch.Added {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		created[cm.Name] = rvOf(cm)
-	})
-
-	// Objects are written in waves, each in parallel: the Deployment only
-	// after the ConfigMaps its pods mount exist.
-	deploymentCreated := uint64(0)
-	record(&appsv1.DeploymentList{}, func(ev watch.Event) {
-		d, ok := ev.Object.(*appsv1.Deployment)
-		if !ok || ev.Type != watch.Added {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		deploymentCreated = rvOf(d)
-	})
+	// Creation resourceVersions by name. The objects are written in waves,
+	// each in parallel: the Deployment only after the ConfigMaps its pods
+	// mount exist.
+	recordCreations := func(list client.ObjectList, into map[string]uint64) {
+		record(list, func(ev watch.Event) {
+			o, ok := ev.Object.(client.Object)
+			if !ok || ev.Type != watch.Added {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			into[o.GetName()] = rvOf(o)
+		})
+	}
+	deployments := map[string]uint64{} // Deployment -> creation resourceVersion
+	recordCreations(&corev1.ConfigMapList{}, created)
+	recordCreations(&appsv1.DeploymentList{}, deployments)
 
 	create(t, newWebApp(ns, "inv", 1, "first"))
 	readyRV := rvOf(rolledOutAndReady(t, ns, "inv"))
@@ -144,6 +139,7 @@ func TestInventoryRecordedBeforeCreate(t *testing.T) {
 		if v.ConfigMap == nil {
 			continue
 		}
+		deploymentCreated := deployments[first.Name]
 		if rv, ok := created[v.ConfigMap.Name]; !ok || deploymentCreated == 0 || rv > deploymentCreated {
 			t.Errorf("ConfigMap %s created at resourceVersion %d (seen: %t), the Deployment at %d: want the ConfigMap first", v.ConfigMap.Name, rv, ok, deploymentCreated)
 		}
