@@ -105,25 +105,27 @@ type applied struct {
 // Apply makes the cluster hold r for swa. force applies every object even
 // when nothing seems to differ (a requested reconcile).
 //
-// The objects go in two waves: first everything the workload reads
-// (ConfigMaps, the Service, ...), then the Deployment, so that its pods never
-// start without their volumes. The writes of one wave are independent and
-// run in parallel: a new SimpleWebApp's objects cost two round trips (and
-// the Deployment's handoff apply a third), not one per object. The first
-// error (in render order) is returned, and a wave with an error stops the
-// next.
+// The objects go in two waves: first what the workload reads when its pods
+// start (ConfigMaps: ManagedKind.ReadByWorkload), so that they never start
+// without their volumes; then everything else (the Deployment, the Service,
+// ...). The writes of one wave are independent and run in parallel: a new
+// SimpleWebApp's objects cost two round trips (and the Deployment's handoff
+// apply a third), not one per object. The Service is in the second wave
+// because its create is the slowest (the API server allocates its cluster
+// IP) and nothing waits for it. The first error (in render order) is
+// returned, and a wave with an error stops the next.
 func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rendered, force bool) (applied, error) {
 	var res applied
 	id := applySetID(swa)
-	var first, workloads []*unstructured.Unstructured
+	var first, rest []*unstructured.Unstructured
 	for _, o := range r.Objects {
-		if o.GroupVersionKind() == appsv1.SchemeGroupVersion.WithKind("Deployment") {
-			workloads = append(workloads, o)
-		} else {
+		if k, ok := managedKind(o.GroupVersionKind()); ok && k.ReadByWorkload {
 			first = append(first, o)
+		} else {
+			rest = append(rest, o)
 		}
 	}
-	for _, wave := range [][]*unstructured.Unstructured{first, workloads} {
+	for _, wave := range [][]*unstructured.Unstructured{first, rest} {
 		results := make([]applied, len(wave))
 		errs := make([]error, len(wave))
 		var wg sync.WaitGroup

@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	kubectlapply "sigs.k8s.io/kubebuilder-declarative-pattern/applylib/third_party/forked/github.com/kubernetes/kubectl/pkg/cmd/apply"
@@ -40,12 +41,14 @@ func parentRef(swa *webappv1.SimpleWebApp) *kubectlapply.ApplySetParentRef {
 
 // ensureParent writes swa's ApplySet labels and annotations when they differ
 // from what the inventory needs, with a metadata-only apply: the spec (and
-// so the generation) is never written.
-func (a *Applier) ensureParent(ctx context.Context, swa *webappv1.SimpleWebApp, inventory []webappv1.ObjectReference) (bool, error) {
+// so the generation) is never written. It returns the SimpleWebApp as the
+// server holds it after the write, or nil when nothing was written; swa is
+// only read (the children are written at the same time).
+func (a *Applier) ensureParent(ctx context.Context, swa *webappv1.SimpleWebApp, inventory []webappv1.ObjectReference) (*unstructured.Unstructured, error) {
 	gvk := webappv1.GroupVersion.WithKind("SimpleWebApp")
 	parentMapping, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	ref := parentRef(swa)
 	ref.RESTMapping = parentMapping
@@ -57,28 +60,24 @@ func (a *Applier) ensureParent(ctx context.Context, swa *webappv1.SimpleWebApp, 
 		}
 		m, err := a.Mapper.RESTMapping(kind.GVK.GroupKind(), kind.GVK.Version)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		set.AddResource(m, swa.Namespace)
 	}
 	want := set.BuildParentPatch(kubectlapply.ApplySetUpdateMode("latest"))
 	if subsetOf(want.Labels, swa.Labels) && subsetOf(want.Annotations, swa.Annotations) {
-		return false, nil
+		return nil, nil
 	}
 	body, err := json.Marshal(want)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	out, err := a.Dynamic.Resource(parentMapping.Resource).Namespace(swa.Namespace).Patch(ctx, swa.Name, types.ApplyPatchType, body,
 		metav1.PatchOptions{FieldManager: applySetManager, Force: ptr.To(true)})
 	if err != nil {
-		return false, objectError(err, "SimpleWebApp", swa.Name, "ApplySet metadata apply")
+		return nil, objectError(err, "SimpleWebApp", swa.Name, "ApplySet metadata apply")
 	}
-	// Carry on with what the server holds now, so the status write that
-	// follows does not conflict with this one.
-	swa.ResourceVersion = out.GetResourceVersion()
-	swa.Labels, swa.Annotations = out.GetLabels(), out.GetAnnotations()
-	return true, nil
+	return out, nil
 }
 
 func subsetOf(want, have map[string]string) bool {

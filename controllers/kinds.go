@@ -20,6 +20,10 @@ type ManagedKind struct {
 	GVK schema.GroupVersionKind
 	// New returns an empty typed object of the kind (for the cache and watches).
 	New func() client.Object
+	// ReadByWorkload: pods read objects of this kind when they start (a
+	// volume, envFrom), so they are written before the Deployment. Everything
+	// else is written together with it.
+	ReadByWorkload bool
 }
 
 // RBAC for every managed kind: apply (create, patch), prune (delete), cache
@@ -33,7 +37,7 @@ type ManagedKind struct {
 var ManagedKinds = []ManagedKind{
 	{GVK: appsv1.SchemeGroupVersion.WithKind("Deployment"), New: func() client.Object { return &appsv1.Deployment{} }},
 	{GVK: corev1.SchemeGroupVersion.WithKind("Service"), New: func() client.Object { return &corev1.Service{} }},
-	{GVK: corev1.SchemeGroupVersion.WithKind("ConfigMap"), New: func() client.Object { return &corev1.ConfigMap{} }},
+	{GVK: corev1.SchemeGroupVersion.WithKind("ConfigMap"), New: func() client.Object { return &corev1.ConfigMap{} }, ReadByWorkload: true},
 	{GVK: policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget"), New: func() client.Object { return &policyv1.PodDisruptionBudget{} }},
 	{GVK: autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler"), New: func() client.Object { return &autoscalingv2.HorizontalPodAutoscaler{} }},
 }

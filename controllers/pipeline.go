@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -138,16 +139,30 @@ func (r *SimpleWebAppReconciler) apply(ctx context.Context, swa *webappv1.Simple
 			o.unconfirmed = prior
 		}
 	}
+	// The ApplySet parent's metadata is written while the children are (as
+	// kubectl's ApplySet, it may name kinds before their objects exist): it
+	// is another object, and not on the critical path of a new app.
+	type parentWrite struct {
+		out *unstructured.Unstructured
+		err error
+	}
+	parent := make(chan parentWrite, 1)
+	go func(swa *webappv1.SimpleWebApp) {
+		out, err := r.Applier.ensureParent(ctx, swa, inv)
+		parent <- parentWrite{out, err}
+	}(swa.DeepCopy())
 	res, err := r.Applier.Apply(ctx, swa, rendered, force)
 	o.writes += res.writes
 	o.takenOver = append(o.takenOver, res.takenOver...)
-	if err == nil {
-		var wrote bool
-		wrote, err = r.Applier.ensureParent(ctx, swa, inv)
-		if wrote {
-			o.writes++
-			r.rememberStatus(swa) // our own write of the parent: the cache will catch up
-		}
+	if p := <-parent; p.out != nil {
+		// Carry on with what the server holds now, so the status write
+		// that follows does not conflict with this one.
+		swa.ResourceVersion = p.out.GetResourceVersion()
+		swa.Labels, swa.Annotations = p.out.GetLabels(), p.out.GetAnnotations()
+		o.writes++
+		r.rememberStatus(swa) // our own write of the parent: the cache will catch up
+	} else if err == nil {
+		err = p.err
 	}
 	if err != nil {
 		o.failure, o.staleRead = asStepError(err, webappv1.ReasonApplyFailed), isStaleRead(err)
