@@ -83,7 +83,7 @@ func main() {
 	flags.DurationVar(&retryPeriod, "leader-elect-retry-period", 2*time.Second, "How often candidates try to acquire, and the leader to renew, the Lease.")
 	flags.StringVar(&channelsDir, "channels-dir", "", "Directory of channels and packages (the layout of channels/) that take precedence over the embedded ones; watched for changes, for example a mounted ConfigMap.")
 	flags.DurationVar(&channelsPoll, "channels-poll-interval", 5*time.Second, "How often --channels-dir is checked for changes.")
-	flags.IntVar(&workers, "max-concurrent-reconciles", 4, "SimpleWebApps reconciled at once, so one slow SimpleWebApp never holds up the others.")
+	flags.IntVar(&workers, "max-concurrent-reconciles", controllers.DefaultMaxConcurrentReconciles, "SimpleWebApps reconciled at once, so one slow SimpleWebApp never holds up the others.")
 	flags.DurationVar(&statusDelay, "status-batch-delay", 500*time.Millisecond, "How long a Deployment's status changes are collected before the SimpleWebApp's status is written once for them.")
 	flags.IntVar(&upgrades, "max-concurrent-upgrades", 20, "SimpleWebApps rolling out a new version at once, when a channel moves; the others keep their running version until a slot frees up. 0: unbounded.")
 	flags.StringVar(&shard, "watch-label-selector", "", "Reconcile only the SimpleWebApps this label selector matches, e.g. sharding.simplewebapp.example.com/key=shard1 (one operator Deployment per shard) or 'sharding.simplewebapp.example.com/key notin (shard1,shard2)' for the rest.")

@@ -55,13 +55,23 @@ func trimApp(obj any) (any, error) {
 // lastApplied is kubectl's client-side apply annotation.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
 
+// DefaultMaxConcurrentReconciles is the default number of workers. A
+// reconcile mostly waits for the API server (a new app's pass is three round
+// trips, one of them a Service create, whose cluster IP the API server
+// allocates one at a time), so there are more workers than cores; the
+// CPU-bound part, the render, runs at most GOMAXPROCS at a time (RenderCache),
+// which also bounds its transient memory. 16 kept the 2 cores of the bench
+// machine busy (docs/benchmarks.md); 4 left them idle half the time.
+const DefaultMaxConcurrentReconciles = 16
+
 // Options configure Setup.
 type Options struct {
 	// Channels are where versions come from (embedded, and a directory if set).
 	Channels Channels
 	// ChannelsPollInterval is how often Channels.Dir is checked for changes.
 	ChannelsPollInterval time.Duration
-	// MaxConcurrentReconciles: SimpleWebApps reconciled at once (default 4).
+	// MaxConcurrentReconciles: SimpleWebApps reconciled at once (default
+	// DefaultMaxConcurrentReconciles).
 	MaxConcurrentReconciles int
 	// StatusDelay batches a Deployment's status changes into one status
 	// write (default 500ms).

@@ -50,7 +50,8 @@ type SimpleWebAppReconciler struct {
 	// rolling out) into one status write.
 	StatusDelay time.Duration
 	// MaxConcurrentReconciles is how many SimpleWebApps are reconciled at
-	// once, so a slow one never holds up the others.
+	// once, so a slow one never holds up the others (default
+	// DefaultMaxConcurrentReconciles).
 	MaxConcurrentReconciles int
 	// Upgrades bounds the version roll-outs in flight.
 	Upgrades *upgradeSlots
@@ -270,7 +271,7 @@ var reconcileRequested = predicate.Funcs{
 func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager, channelEvents <-chan event.GenericEvent) error {
 	workers := r.MaxConcurrentReconciles
 	if workers <= 0 {
-		workers = 4
+		workers = DefaultMaxConcurrentReconciles
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&webappv1.SimpleWebApp{}, builder.WithPredicates(predicate.Or(
