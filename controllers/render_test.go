@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"slices"
@@ -230,8 +231,9 @@ func TestPatchesCannotChangeIdentity(t *testing.T) {
 	}
 }
 
+// mustJSON is every object of r, and its handoff fields, as JSON.
 func mustJSON(r *Rendered) string {
-	b, err := encodeRendered(r)
+	b, err := json.Marshal(append(slices.Clone(r.Objects), r.Handoffs...))
 	if err != nil {
 		panic(err)
 	}
