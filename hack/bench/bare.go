@@ -117,6 +117,14 @@ func runBare(ctx context.Context, dir, root string, o opts) (*bareResult, error)
 	if err != nil {
 		return nil, err
 	}
+	if o.pprof {
+		// The API server's side, to compare with the operator run's.
+		go func() {
+			if err := apiServerCPUProfile(e.Cluster, filepath.Join(o.out, fmt.Sprintf("apiserver-cpu-bare-n%d-ns%d.pb.gz", o.n, o.namespaces)), 20*time.Second); err != nil {
+				logf("  kube-apiserver CPU profile: %v", err)
+			}
+		}()
+	}
 	mark := e.audit.mark()
 	cp0 := controlPlaneCPU(e.Cluster)
 	t0 = time.Now()

@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"example.com/simplewebapp-operator/controllers"
 	"flag"
 	"fmt"
 	"os"
@@ -50,7 +51,7 @@ func main() {
 	flag.IntVar(&o.namespaces, "namespaces", 1, "namespaces the SimpleWebApps are spread over")
 	flag.IntVar(&o.nodes, "nodes", 3, "kwok nodes")
 	flag.IntVar(&o.podsPerNode, "pods-per-node", 0, "pod capacity of each node (default: room for every app twice, surge pods of a channel move included)")
-	flag.IntVar(&o.workers, "workers", 10, "requests in flight of the bare client, and creates in flight of the SimpleWebApps")
+	flag.IntVar(&o.workers, "workers", controllers.DefaultMaxConcurrentReconciles, "apps in flight of the bare client (the same concurrency as the operator's default workers), and creates in flight of the SimpleWebApps")
 	flag.StringVar(&o.baseline, "baseline", "", "git revision of a baseline operator to measure too (e.g. 633ec5e, before the optimizations)")
 	flag.Float64Var(&kcmQPS, "kcm-qps", 500, "kube-controller-manager --kube-api-qps (its default 20 would bound time to Ready)")
 	flag.IntVar(&o.kcmBurst, "kcm-burst", 1000, "kube-controller-manager --kube-api-burst")
