@@ -60,7 +60,14 @@ type SimpleWebAppReconciler struct {
 
 	inflight      sync.Map // reconcile.Request → start time (stuck reconciles fail liveness)
 	statusMu      sync.Mutex
-	statusWritten map[types.NamespacedName]uint64 // resourceVersion of our last status write
+	statusWritten map[types.NamespacedName]ownWrite // our last write of each SimpleWebApp
+}
+
+// ownWrite is the operator's last write of a SimpleWebApp (its status or its
+// ApplySet metadata).
+type ownWrite struct {
+	resourceVersion uint64
+	at              time.Time
 }
 
 // +kubebuilder:rbac:groups=example.com,resources=simplewebapps,verbs=get;list;watch;patch
@@ -113,6 +120,17 @@ func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if o.failure != nil {
 		log.FromContext(ctx).Info("reconcile failed", "reason", o.failure.Reason, "message", o.failure.Message, "terminal", o.failure.Terminal)
 	}
+	if o.writes == 0 && len(o.takenOver) == 0 && len(o.pruned) == 0 && !o.rolledBack &&
+		progressOnly(swa.Status, computeStatus(swa, o)) && r.wroteWithin(req.NamespacedName, r.StatusDelay) {
+		// A pass that wrote nothing, and found only the roll-out's progress
+		// moved within the batch window of our last write (a child event
+		// that is not a status change, such as the Deployment controller's
+		// revision annotation, woke it early): the state the batch ends in
+		// is written then, instead of one more write now. A pass with
+		// something to report (a write, a take-over, a prune) writes and
+		// reports at once.
+		return ctrl.Result{RequeueAfter: r.StatusDelay}, nil
+	}
 	if err := r.writeStatus(ctx, swa, o); err != nil {
 		if isStaleRead(err) {
 			return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // rate-limited on purpose
@@ -160,9 +178,9 @@ func (r *SimpleWebAppReconciler) rememberStatus(swa *webappv1.SimpleWebApp) {
 	r.statusMu.Lock()
 	defer r.statusMu.Unlock()
 	if r.statusWritten == nil {
-		r.statusWritten = map[types.NamespacedName]uint64{}
+		r.statusWritten = map[types.NamespacedName]ownWrite{}
 	}
-	r.statusWritten[types.NamespacedName{Namespace: swa.Namespace, Name: swa.Name}] = rv
+	r.statusWritten[types.NamespacedName{Namespace: swa.Namespace, Name: swa.Name}] = ownWrite{rv, time.Now()}
 }
 
 func (r *SimpleWebAppReconciler) statusBehind(swa *webappv1.SimpleWebApp) bool {
@@ -172,7 +190,16 @@ func (r *SimpleWebAppReconciler) statusBehind(swa *webappv1.SimpleWebApp) bool {
 	}
 	r.statusMu.Lock()
 	defer r.statusMu.Unlock()
-	return rv < r.statusWritten[types.NamespacedName{Namespace: swa.Namespace, Name: swa.Name}]
+	return rv < r.statusWritten[types.NamespacedName{Namespace: swa.Namespace, Name: swa.Name}].resourceVersion
+}
+
+// wroteWithin reports whether the operator wrote the SimpleWebApp less than
+// d ago.
+func (r *SimpleWebAppReconciler) wroteWithin(nn types.NamespacedName, d time.Duration) bool {
+	r.statusMu.Lock()
+	defer r.statusMu.Unlock()
+	w, ok := r.statusWritten[nn]
+	return ok && time.Since(w.at) < d
 }
 
 func (r *SimpleWebAppReconciler) forgetStatus(nn types.NamespacedName) {

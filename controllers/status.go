@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"fmt"
+	"reflect"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -251,4 +252,24 @@ func workloadName(refs []webappv1.ObjectReference) string {
 		}
 	}
 	return ""
+}
+
+// progressOnly reports whether next differs from cur only in a roll-out's
+// progress: the pod counts and the conditions' messages, every condition
+// keeping its status, reason and observed generation. Such a change may wait
+// for the status batch (Reconcile); anything else is written at once.
+func progressOnly(cur, next webappv1.SimpleWebAppStatus) bool {
+	if reflect.DeepEqual(cur, next) || len(cur.Conditions) != len(next.Conditions) {
+		return false
+	}
+	n := *next.DeepCopy()
+	n.Replicas, n.ReadyReplicas, n.UpdatedReplicas, n.PodsReady = cur.Replicas, cur.ReadyReplicas, cur.UpdatedReplicas, cur.PodsReady
+	for i := range n.Conditions {
+		c := meta.FindStatusCondition(cur.Conditions, n.Conditions[i].Type)
+		if c == nil || c.Status != n.Conditions[i].Status || c.Reason != n.Conditions[i].Reason || c.ObservedGeneration != n.Conditions[i].ObservedGeneration {
+			return false
+		}
+		n.Conditions[i].Message, n.Conditions[i].LastTransitionTime = c.Message, c.LastTransitionTime
+	}
+	return reflect.DeepEqual(cur, n)
 }

@@ -295,3 +295,48 @@ func cmpStatus(a, b webappv1.SimpleWebAppStatus) string {
 	}
 	return fmt.Sprintf("\n predicted %+v\n after     %+v", a, b)
 }
+
+// Only a roll-out's progress (pod counts, messages) may wait for the status
+// batch; any change of a condition's status, reason or generation, of the
+// version or the inventory is written at once. The statuses come from
+// computeStatus over a new app's roll-out, as the reconciler sees it.
+func TestProgressOnly(t *testing.T) {
+	swa := &webappv1.SimpleWebApp{}
+	swa.Generation = 1
+	at := func(d *appsv1.Deployment) webappv1.SimpleWebAppStatus {
+		return computeStatus(swa, outcome{applied: true, release: Release{Version: "1.0.0"}, workload: d})
+	}
+	created := at(deployment(1, 0, 2, 0, 0)) // as predicted before the create
+	observed := at(deployment(1, 1, 2, 2, 0))
+	oneUp := at(deployment(1, 1, 2, 2, 1))
+	available := at(deployment(1, 1, 2, 2, 2))
+	swa.Generation = 2
+	newGeneration := at(deployment(2, 1, 2, 2, 2))
+	moved := *available.DeepCopy()
+	moved.Version = "1.1.0"
+	pruned := *available.DeepCopy()
+	pruned.Inventory = append(pruned.Inventory, webappv1.ObjectReference{Kind: "ConfigMap", Name: "old"})
+	fewer := *available.DeepCopy()
+	fewer.Conditions = fewer.Conditions[:1]
+
+	for _, tc := range []struct {
+		name      string
+		cur, next webappv1.SimpleWebAppStatus
+		want      bool
+	}{
+		{"nothing changed: nothing to write", available, available, false},
+		{"the Deployment controller observed it: counts and message", created, observed, true},
+		{"a pod became available, still progressing", observed, oneUp, true},
+		{"Ready turns True", oneUp, available, false},
+		{"a new generation", available, newGeneration, false},
+		{"another version", available, moved, false},
+		{"another inventory", available, pruned, false},
+		{"a condition fewer", available, fewer, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := progressOnly(tc.cur, tc.next); got != tc.want {
+				t.Errorf("progressOnly = %v, want %v\ncur:  %+v\nnext: %+v", got, tc.want, tc.cur, tc.next)
+			}
+		})
+	}
+}
