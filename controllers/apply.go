@@ -13,6 +13,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -71,6 +72,11 @@ type Applier struct {
 type write struct {
 	resourceVersion uint64
 	at              time.Time
+	// metadataOnly: the write changed only the metadata of a Deployment
+	// whose controller had observed generation observed; it made
+	// generation generation (see observedIfMetadataOnly).
+	metadataOnly         bool
+	generation, observed int64
 }
 
 // cacheLag is how long an object the operator wrote may be missing from the
@@ -237,7 +243,7 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 		return nil, stalled(webappv1.ReasonObjectNotOwned, "%s %s exists and is not controlled by this SimpleWebApp; it is left untouched (delete or rename it, or rename the SimpleWebApp)", gvk.Kind, desired.GetName())
 	}
 	if a.behind(key, live) {
-		return live, nil
+		return a.observedAsWritten(key, live), nil
 	}
 	liveU, err := toUnstructured(live)
 	if err != nil {
@@ -249,7 +255,7 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 	partialNeeded := partial != nil && (force || !contains(liveU.Object, partial.Object) || !hasManager(live.GetManagedFields(), HandoffManager))
 	if !needs && !partialNeeded {
 		a.fights.settled(key, time.Now())
-		return live, nil
+		return a.observedAsWritten(key, live), nil
 	}
 	var fightErr error
 	if drifted && !changed && !force {
@@ -300,7 +306,56 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 	if fightErr != nil {
 		return nil, fightErr
 	}
-	return fromUnstructured(out, kind)
+	written, err := fromUnstructured(out, kind)
+	if d, ok := written.(*appsv1.Deployment); ok && observedIfMetadataOnly(live.(*appsv1.Deployment), d) {
+		a.mu.Lock()
+		w := a.written[key]
+		w.metadataOnly, w.generation, w.observed = true, d.Generation, live.GetGeneration()
+		a.written[key] = w
+		a.mu.Unlock()
+	}
+	return written, err
+}
+
+// observedAsWritten is live (from the cache), marked observed when it is a
+// Deployment at the generation of the operator's own metadata-only write,
+// and its controller has observed the generation before it: the status
+// still holds until the controller catches up (observedIfMetadataOnly).
+func (a *Applier) observedAsWritten(key objectKey, live client.Object) client.Object {
+	d, ok := live.(*appsv1.Deployment)
+	if !ok {
+		return live
+	}
+	a.mu.Lock()
+	w := a.written[key]
+	a.mu.Unlock()
+	if !w.metadataOnly || d.Generation != w.generation || d.Status.ObservedGeneration != w.observed {
+		return live
+	}
+	d = d.DeepCopy() // the cache's copy is shared
+	d.Status.ObservedGeneration = d.Generation
+	return d
+}
+
+// observedIfMetadataOnly: a write that changed only a Deployment's metadata
+// (the applied-hash annotation, a label) still bumps its generation (the API
+// server does so for annotations, which the Deployment controller copies to
+// ReplicaSets), but rolls nothing. If the Deployment controller had observed
+// the generation before the write, its status still describes the pods: the
+// written copy is marked observed, so that status does not say "waiting for
+// the Deployment controller" (Ready=False) for a roll-out that never
+// happens, as an operator upgrade that adds an annotation would.
+//
+// It reports whether it marked written. The Applier remembers it, so that the
+// cached copy reads the same until the controller has observed the new
+// generation (observedAsWritten).
+func observedIfMetadataOnly(before, written *appsv1.Deployment) bool {
+	if written == nil || before == nil || before.Status.ObservedGeneration != before.Generation ||
+		written.Generation == before.Generation || !equality.Semantic.DeepEqual(before.Spec, written.Spec) {
+		return false
+	}
+	written.Status.ObservedGeneration = written.Generation
+	return true
 }
 
 // create POSTs desired with its handoff fields: it fails if the name is taken,

@@ -219,3 +219,29 @@ func TestFightBackoff(t *testing.T) {
 		t.Errorf("after settling a correction is immediate again: %v %v", ok, err)
 	}
 }
+
+// A write that changed only a Deployment's metadata bumps its generation
+// but rolls nothing: its status still holds when the Deployment controller
+// had observed the previous generation, and only then.
+func TestObservedIfMetadataOnly(t *testing.T) {
+	dep := func(gen, observed int64, replicas int32, image string) *appsv1.Deployment {
+		d := deployment(gen, observed, replicas, replicas, replicas)
+		d.Spec.Template.Spec.Containers = []corev1.Container{{Name: "web", Image: image}}
+		return d
+	}
+	for _, tc := range []struct {
+		name            string
+		before, written *appsv1.Deployment
+		observed        int64
+	}{
+		{"an annotation added: still observed", dep(1, 1, 2, "a"), dep(2, 1, 2, "a"), 2},
+		{"the template changed: the controller must observe it", dep(1, 1, 2, "a"), dep(2, 1, 2, "b"), 1},
+		{"replicas changed: the controller must observe it", dep(1, 1, 2, "a"), dep(2, 1, 3, "a"), 1},
+		{"not observed before the write: still not", dep(2, 1, 2, "a"), dep(3, 1, 2, "a"), 1},
+	} {
+		observedIfMetadataOnly(tc.before, tc.written)
+		if got := tc.written.Status.ObservedGeneration; got != tc.observed {
+			t.Errorf("%s: observedGeneration %d, want %d", tc.name, got, tc.observed)
+		}
+	}
+}
