@@ -72,11 +72,6 @@ type Applier struct {
 type write struct {
 	resourceVersion uint64
 	at              time.Time
-	// metadataOnly: the write changed only the metadata of a Deployment
-	// whose controller had observed generation observed; it made
-	// generation generation (see observedIfMetadataOnly).
-	metadataOnly         bool
-	generation, observed int64
 }
 
 // cacheLag is how long an object the operator wrote may be missing from the
@@ -243,7 +238,7 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 		return nil, stalled(webappv1.ReasonObjectNotOwned, "%s %s exists and is not controlled by this SimpleWebApp; it is left untouched (delete or rename it, or rename the SimpleWebApp)", gvk.Kind, desired.GetName())
 	}
 	if a.behind(key, live) {
-		return a.observedAsWritten(key, live), nil
+		return live, nil
 	}
 	liveU, err := toUnstructured(live)
 	if err != nil {
@@ -255,7 +250,7 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 	partialNeeded := partial != nil && (force || !contains(liveU.Object, partial.Object) || !hasManager(live.GetManagedFields(), HandoffManager))
 	if !needs && !partialNeeded {
 		a.fights.settled(key, time.Now())
-		return a.observedAsWritten(key, live), nil
+		return live, nil
 	}
 	var fightErr error
 	if drifted && !changed && !force {
@@ -307,34 +302,10 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 		return nil, fightErr
 	}
 	written, err := fromUnstructured(out, kind)
-	if d, ok := written.(*appsv1.Deployment); ok && observedIfMetadataOnly(live.(*appsv1.Deployment), d) {
-		a.mu.Lock()
-		w := a.written[key]
-		w.metadataOnly, w.generation, w.observed = true, d.Generation, live.GetGeneration()
-		a.written[key] = w
-		a.mu.Unlock()
+	if d, ok := written.(*appsv1.Deployment); ok {
+		observedIfMetadataOnly(live.(*appsv1.Deployment), d)
 	}
 	return written, err
-}
-
-// observedAsWritten is live (from the cache), marked observed when it is a
-// Deployment at the generation of the operator's own metadata-only write,
-// and its controller has observed the generation before it: the status
-// still holds until the controller catches up (observedIfMetadataOnly).
-func (a *Applier) observedAsWritten(key objectKey, live client.Object) client.Object {
-	d, ok := live.(*appsv1.Deployment)
-	if !ok {
-		return live
-	}
-	a.mu.Lock()
-	w := a.written[key]
-	a.mu.Unlock()
-	if !w.metadataOnly || d.Generation != w.generation || d.Status.ObservedGeneration != w.observed {
-		return live
-	}
-	d = d.DeepCopy() // the cache's copy is shared
-	d.Status.ObservedGeneration = d.Generation
-	return d
 }
 
 // observedIfMetadataOnly: a write that changed only a Deployment's metadata
@@ -346,9 +317,9 @@ func (a *Applier) observedAsWritten(key objectKey, live client.Object) client.Ob
 // the Deployment controller" (Ready=False) for a roll-out that never
 // happens, as an operator upgrade that adds an annotation would.
 //
-// It reports whether it marked written. The Applier remembers it, so that the
-// cached copy reads the same until the controller has observed the new
-// generation (observedAsWritten).
+// The cached copy still reads "not observed" until the controller catches up
+// (a moment); a pass that reads it then waits for the status batch instead
+// of writing Ready=False (Reconcile, awaitingObservation).
 func observedIfMetadataOnly(before, written *appsv1.Deployment) bool {
 	if written == nil || before == nil || before.Status.ObservedGeneration != before.Generation ||
 		written.Generation == before.Generation || !equality.Semantic.DeepEqual(before.Spec, written.Spec) {

@@ -64,7 +64,7 @@ type SimpleWebAppReconciler struct {
 }
 
 // ownWrite is the operator's last write of a SimpleWebApp (its status or its
-// ApplySet metadata).
+// ApplySet metadata: resourceVersion), and when it last wrote it or a child.
 type ownWrite struct {
 	resourceVersion uint64
 	at              time.Time
@@ -106,12 +106,17 @@ func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	// one after it: the pass may write status on the way (inventory, a
 	// version change).
 	before := swa.DeepCopy()
+	unanswered := r.Reach.Unanswered()
 	o := r.reconcile(ctx, swa)
+	// Failed for want of an answer (even if the server has answered another
+	// request since): retried after APIReach's wait, not through the work
+	// queue's per-item backoff, which starts at 5 ms.
+	unreachable := func() bool { return r.Reach.Down() || r.Reach.Unanswered() > unanswered }
 	if o.staleRead {
 		log.FromContext(ctx).V(1).Info("stale read, requeueing", "message", o.failure.Message)
 		return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // rate-limited on purpose
 	}
-	if o.failure != nil && r.Reach.Down() {
+	if o.failure != nil && unreachable() {
 		// The step failed because the API server went away: the status
 		// write would fail too. Retried once it answers again.
 		log.FromContext(ctx).V(1).Info("API server unreachable, retrying later", "message", o.failure.Message)
@@ -120,20 +125,29 @@ func (r *SimpleWebAppReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if o.failure != nil {
 		log.FromContext(ctx).Info("reconcile failed", "reason", o.failure.Reason, "message", o.failure.Message, "terminal", o.failure.Terminal)
 	}
-	if o.writes == 0 && len(o.takenOver) == 0 && len(o.pruned) == 0 && !o.rolledBack &&
-		progressOnly(swa.Status, computeStatus(swa, o)) && r.wroteWithin(req.NamespacedName, r.StatusDelay) {
-		// A pass that wrote nothing, and found only the roll-out's progress
-		// moved within the batch window of our last write (a child event
-		// that is not a status change, such as the Deployment controller's
-		// revision annotation, woke it early): the state the batch ends in
-		// is written then, instead of one more write now. A pass with
-		// something to report (a write, a take-over, a prune) writes and
-		// reports at once.
+	if o.writes > 0 {
+		r.touch(req.NamespacedName) // the batch window counts from writes of children too
+	}
+	if o.writes == 0 && len(o.takenOver) == 0 && len(o.pruned) == 0 && !o.rolledBack && o.failure == nil &&
+		(progressOnly(swa.Status, computeStatus(swa, o)) || awaitingObservation(o.workload)) &&
+		r.wroteWithin(req.NamespacedName, r.StatusDelay) {
+		// A pass that wrote nothing, woken early by a child event that is
+		// not a status change (the Deployment controller's revision
+		// annotation, the echo of our own write), within the batch window
+		// of our last write, and found only the roll-out's progress moved or
+		// the Deployment's controller not yet caught up with its
+		// generation: the state the batch ends in is written then, instead
+		// of one more write (or a Ready=False of a few milliseconds) now. A
+		// pass with something to report (a write, a take-over, a prune, a
+		// failure) writes and reports at once.
 		return ctrl.Result{RequeueAfter: r.StatusDelay}, nil
 	}
 	if err := r.writeStatus(ctx, swa, o); err != nil {
 		if isStaleRead(err) {
 			return ctrl.Result{Requeue: true}, nil //nolint:staticcheck // rate-limited on purpose
+		}
+		if unreachable() {
+			return ctrl.Result{RequeueAfter: r.Reach.RetryIn()}, nil
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -193,8 +207,21 @@ func (r *SimpleWebAppReconciler) statusBehind(swa *webappv1.SimpleWebApp) bool {
 	return rv < r.statusWritten[types.NamespacedName{Namespace: swa.Namespace, Name: swa.Name}].resourceVersion
 }
 
-// wroteWithin reports whether the operator wrote the SimpleWebApp less than
-// d ago.
+// touch records that the operator just wrote something of the SimpleWebApp
+// (a child), for wroteWithin.
+func (r *SimpleWebAppReconciler) touch(nn types.NamespacedName) {
+	r.statusMu.Lock()
+	defer r.statusMu.Unlock()
+	if r.statusWritten == nil {
+		r.statusWritten = map[types.NamespacedName]ownWrite{}
+	}
+	w := r.statusWritten[nn]
+	w.at = time.Now()
+	r.statusWritten[nn] = w
+}
+
+// wroteWithin reports whether the operator wrote the SimpleWebApp or one of
+// its children less than d ago.
 func (r *SimpleWebAppReconciler) wroteWithin(nn types.NamespacedName, d time.Duration) bool {
 	r.statusMu.Lock()
 	defer r.statusMu.Unlock()

@@ -273,3 +273,9 @@ func progressOnly(cur, next webappv1.SimpleWebAppStatus) bool {
 	}
 	return reflect.DeepEqual(cur, n)
 }
+
+// awaitingObservation: the Deployment's controller has not yet observed its
+// latest generation, as for a moment after every write that bumps it.
+func awaitingObservation(d *appsv1.Deployment) bool {
+	return d != nil && d.Status.ObservedGeneration < d.Generation
+}
