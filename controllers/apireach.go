@@ -39,6 +39,8 @@ type APIReach struct {
 	probing bool
 	backoff time.Duration
 	retryAt time.Time
+	// unanswered counts the requests that got no answer, ever.
+	unanswered uint64
 }
 
 // NewAPIReach waits 500 ms after the first failure, doubling up to 30 s.
@@ -77,6 +79,7 @@ func (a *APIReach) observe(err error) {
 		a.down, a.probing, a.backoff = false, false, 0
 		return
 	}
+	a.unanswered++
 	now := a.now()
 	switch {
 	case !a.down:
@@ -116,6 +119,16 @@ func (a *APIReach) RetryIn() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return max(a.retryAt.Sub(a.now()), a.Initial)
+}
+
+// Unanswered is how many of the operator's requests got no answer so far: a
+// reconcile that sees it grow failed for want of an answer, even when another
+// request's answer has marked the server reachable again in the meantime (a
+// server still starting answers some requests and drops others).
+func (a *APIReach) Unanswered() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.unanswered
 }
 
 // Down reports whether the API server was unreachable at the last request.

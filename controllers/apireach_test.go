@@ -71,8 +71,8 @@ func TestAPIReachObserve(t *testing.T) {
 	}
 	req, _ = http.NewRequest(http.MethodGet, "https://api/healthz", nil)
 	_, _ = a.Observe(fail).RoundTrip(req)
-	if !a.Down() {
-		t.Fatal("a request with no answer did not mark the API server down")
+	if !a.Down() || a.Unanswered() != 1 {
+		t.Fatalf("a request with no answer: down %t, %d unanswered, want down and 1", a.Down(), a.Unanswered())
 	}
 	_, _ = a.Observe(answer).RoundTrip(req)
 	if a.Down() {
