@@ -62,6 +62,14 @@ type Rendered struct {
 // It is a pure function of (package files, object identity, spec): the
 // reconciler, the golden tests and `kubectl swa render` all call it.
 func Render(rel Release, swa *webappv1.SimpleWebApp) (*Rendered, error) {
+	return renderUsing(rel, swa, build)
+}
+
+// buildFunc runs kustomize for a SimpleWebApp: build, or a RenderTemplates'
+// equivalent.
+type buildFunc func(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([]*unstructured.Unstructured, map[string]any, error)
+
+func renderUsing(rel Release, swa *webappv1.SimpleWebApp, build buildFunc) (*Rendered, error) {
 	if err := checkPatchOperations(swa.Spec.Patches); err != nil {
 		return nil, err
 	}
@@ -96,37 +104,50 @@ func Render(rel Release, swa *webappv1.SimpleWebApp) (*Rendered, error) {
 // objects (directive annotations still on them) and the instance document the
 // package's directives are evaluated against.
 func build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([]*unstructured.Unstructured, map[string]any, error) {
-	mem := filesys.MakeFsInMemory()
-	if err := copyPackage(rel.Files, mem, "/package"); err != nil {
-		return nil, nil, fmt.Errorf("loading package %s: %w", rel.Version, err)
-	}
 	instance, err := instanceFor(rel.Files, swa)
 	if err != nil {
 		return nil, nil, stalled(webappv1.ReasonRenderFailed, "package %s: %v", rel.Version, err)
 	}
+	objs, err := kustomize(rel, instance, swa.Namespace, swa.Name, patches)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkBuilt(rel, objs, swa.Namespace); err != nil {
+		return nil, nil, err
+	}
+	return objs, instance, nil
+}
+
+// kustomize renders the package for an instance document (instance.yaml)
+// with the overlay for namespace, name and patches.
+func kustomize(rel Release, instance map[string]any, namespace, name string, patches []webappv1.Patch) ([]*unstructured.Unstructured, error) {
+	mem := filesys.MakeFsInMemory()
+	if err := copyPackage(rel.Files, mem, "/package"); err != nil {
+		return nil, fmt.Errorf("loading package %s: %w", rel.Version, err)
+	}
 	instanceYAML, err := yaml.Marshal(instance)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := mem.WriteFile("/package/"+instanceFile, instanceYAML); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	overlay, err := yaml.Marshal(overlayFor(swa, patches))
+	overlay, err := yaml.Marshal(overlayFor(namespace, name, patches))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := mem.WriteFile("/overlay/kustomization.yaml", overlay); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 
 	opts := krusty.MakeDefaultOptions()
 	opts.Reorder = krusty.ReorderOptionLegacy // ConfigMaps before the Deployment that mounts them
 	resources, err := krusty.MakeKustomizer(opts).Run(mem, "/overlay")
 	if err != nil {
-		return nil, nil, stalled(webappv1.ReasonRenderFailed, "rendering package %s: %v", rel.Version, err)
+		return nil, stalled(webappv1.ReasonRenderFailed, "rendering package %s: %v", rel.Version, err)
 	}
 	if resources.Size() > maxRenderedObjects {
-		return nil, nil, stalled(webappv1.ReasonRenderFailed, "package %s renders %d objects, more than the limit of %d", rel.Version, resources.Size(), maxRenderedObjects)
+		return nil, stalled(webappv1.ReasonRenderFailed, "package %s renders %d objects, more than the limit of %d", rel.Version, resources.Size(), maxRenderedObjects)
 	}
 	objs := make([]*unstructured.Unstructured, 0, resources.Size())
 	size := 0
@@ -135,33 +156,40 @@ func build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([
 		// object (kustomize's maps hold plain ints, which DeepCopy rejects).
 		b, err := res.MarshalJSON()
 		if err != nil {
-			return nil, nil, stalled(webappv1.ReasonRenderFailed, "package %s: %v", rel.Version, err)
+			return nil, stalled(webappv1.ReasonRenderFailed, "package %s: %v", rel.Version, err)
 		}
 		if size += len(b); size > maxRenderedBytes {
-			return nil, nil, stalled(webappv1.ReasonRenderFailed, "package %s renders more than the limit of %d KiB", rel.Version, maxRenderedBytes>>10)
+			return nil, stalled(webappv1.ReasonRenderFailed, "package %s renders more than the limit of %d KiB", rel.Version, maxRenderedBytes>>10)
 		}
 		u := &unstructured.Unstructured{}
 		if err := u.UnmarshalJSON(b); err != nil {
-			return nil, nil, stalled(webappv1.ReasonRenderFailed, "package %s: %v", rel.Version, err)
-		}
-		if u.GetNamespace() != swa.Namespace {
-			return nil, nil, stalled(webappv1.ReasonRenderFailed, "package %s renders %s %s outside namespace %s", rel.Version, u.GetKind(), u.GetName(), swa.Namespace)
+			return nil, stalled(webappv1.ReasonRenderFailed, "package %s: %v", rel.Version, err)
 		}
 		objs = append(objs, u)
 	}
-	return objs, instance, nil
+	return objs, nil
+}
+
+// checkBuilt: everything lands in the SimpleWebApp's namespace.
+func checkBuilt(rel Release, objs []*unstructured.Unstructured, namespace string) error {
+	for _, u := range objs {
+		if u.GetNamespace() != namespace {
+			return stalled(webappv1.ReasonRenderFailed, "package %s renders %s %s outside namespace %s", rel.Version, u.GetKind(), u.GetName(), namespace)
+		}
+	}
+	return nil
 }
 
 // overlayFor is the per-object layer on top of the package: where the objects
 // go, how they are named and labelled, and the user's patches.
-func overlayFor(swa *webappv1.SimpleWebApp, patches []webappv1.Patch) kustypes.Kustomization {
+func overlayFor(namespace, name string, patches []webappv1.Patch) kustypes.Kustomization {
 	k := kustypes.Kustomization{
 		TypeMeta:   kustypes.TypeMeta{APIVersion: kustypes.KustomizationVersion, Kind: kustypes.KustomizationKind},
 		Resources:  []string{"../package"},
-		Namespace:  swa.Namespace,
-		NamePrefix: swa.Name + "-",
+		Namespace:  namespace,
+		NamePrefix: name + "-",
 		Labels: []kustypes.Label{
-			{Pairs: map[string]string{LabelInstance: swa.Name}, IncludeSelectors: true},
+			{Pairs: map[string]string{LabelInstance: name}, IncludeSelectors: true},
 			{Pairs: map[string]string{LabelManagedBy: ManagerName}},
 		},
 	}

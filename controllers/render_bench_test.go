@@ -29,3 +29,24 @@ func BenchmarkRender(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRenderFromTemplate is the same render when another SimpleWebApp of
+// the same package and spec shape has been rendered (RenderTemplates): what a
+// new SimpleWebApp's first reconcile costs in a fleet.
+func BenchmarkRenderFromTemplate(b *testing.B) {
+	rel, err := Channels{FS: channels.FS}.Resolve(context.Background(), webappv1.SimpleWebAppSpec{Channel: "stable"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	templates := NewRenderTemplates(16)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		swa := &webappv1.SimpleWebApp{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%d", i), Namespace: "bench"},
+			Spec:       webappv1.SimpleWebAppSpec{Replicas: new(int32(3)), Message: fmt.Sprintf("hello %d", i)},
+		}
+		if _, err := renderUsing(rel, swa, templates.build); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -32,16 +32,29 @@ import (
 // Renders are CPU-bound: at most GOMAXPROCS run at once, however many
 // workers reconcile (more would only share the same cores and hold more
 // transient memory: a render allocates about 5 MB).
+//
+// A render the cache does not hold comes from a template (RenderTemplates)
+// when another SimpleWebApp of the same package and spec shape was rendered.
 type RenderCache struct {
-	cache   *lru.Cache
-	slots   chan struct{}
-	Timeout time.Duration
+	cache     *lru.Cache
+	templates *RenderTemplates
+	slots     chan struct{}
+	Timeout   time.Duration
 }
 
 // NewRenderCache returns a cache of at most size renders.
 func NewRenderCache(size int, timeout time.Duration) *RenderCache {
-	return &RenderCache{cache: lru.New(size), slots: make(chan struct{}, runtime.GOMAXPROCS(0)), Timeout: timeout}
+	return &RenderCache{
+		cache:     lru.New(size),
+		templates: NewRenderTemplates(renderTemplates),
+		slots:     make(chan struct{}, runtime.GOMAXPROCS(0)),
+		Timeout:   timeout,
+	}
 }
+
+// renderTemplates is how many templates are kept: one per package version
+// and spec shape in use (a few KiB each).
+const renderTemplates = 256
 
 type renderedJSON struct {
 	Objects  []json.RawMessage `json:"objects"`
@@ -87,7 +100,7 @@ func (c *RenderCache) renderWithDeadline(ctx context.Context, rel Release, swa *
 	done := make(chan result, 1)
 	swa = swa.DeepCopy()
 	go func() {
-		r, err := Render(rel, swa)
+		r, err := renderUsing(rel, swa, c.templates.build)
 		<-c.slots
 		done <- result{r, err}
 	}()
