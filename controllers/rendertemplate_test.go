@@ -63,6 +63,8 @@ func TestTemplatesRenderAsKustomize(t *testing.T) {
 		{Replicas: new(int32(3)), Message: "web"},
 		{Replicas: new(int32(2)), Message: "a-web-content: see ns-1/a, and a.b_c:d/e@f"},
 		{Message: ""},
+		{Message: "007"},
+		{Message: "true"},
 		{Message: "hello", Image: "registry.example/web:1.2.3"},
 		{Message: "hello", Autoscaling: &webappv1.Autoscaling{MinReplicas: 2, MaxReplicas: 5}},
 		{Message: "patched", Patches: []webappv1.Patch{
