@@ -31,7 +31,7 @@ import (
 //
 // Renders are CPU-bound: at most GOMAXPROCS run at once, however many
 // workers reconcile (more would only share the same cores and hold more
-// transient memory: a render allocates about 5 MB).
+// transient memory: a kustomize run allocates about 5 MB).
 //
 // A render the cache does not hold comes from a template (RenderTemplates)
 // when another SimpleWebApp of the same package and spec shape was rendered.
