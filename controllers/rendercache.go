@@ -122,21 +122,7 @@ func (c *RenderCache) renderWithDeadline(ctx context.Context, rel Release, swa *
 // spec.
 func renderKey(rel Release, swa *webappv1.SimpleWebApp) (string, error) {
 	h := sha256.New()
-	err := fs.WalkDir(rel.Files, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(rel.Files, p)
-		if err != nil {
-			return err
-		}
-		h.Write([]byte(p))
-		h.Write([]byte{0})
-		h.Write(b)
-		h.Write([]byte{0})
-		return nil
-	})
-	if err != nil {
+	if err := hashFiles(h, rel.Files); err != nil {
 		return "", err
 	}
 	spec, err := json.Marshal(swa.Spec)
@@ -148,7 +134,26 @@ func renderKey(rel Release, swa *webappv1.SimpleWebApp) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-func encodeRendered(r *Rendered) ([]byte, error) {
+// hashFiles writes every file of a package, with its path, into h.
+func hashFiles(h io.Writer, files fs.FS) error {
+	return fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(files, p)
+		if err != nil {
+			return err
+		}
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+		h.Write(b)
+		h.Write([]byte{0})
+		return nil
+	})
+}
+
+// marshalRendered is a render as JSON (what the cache deflates).
+func marshalRendered(r *Rendered) ([]byte, error) {
 	var out renderedJSON
 	for _, o := range r.Objects {
 		b, err := o.MarshalJSON()
@@ -164,7 +169,11 @@ func encodeRendered(r *Rendered) ([]byte, error) {
 		}
 		out.Handoffs = append(out.Handoffs, b)
 	}
-	b, err := json.Marshal(out)
+	return json.Marshal(out)
+}
+
+func encodeRendered(r *Rendered) ([]byte, error) {
+	b, err := marshalRendered(r)
 	if err != nil {
 		return nil, err
 	}

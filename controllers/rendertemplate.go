@@ -367,19 +367,6 @@ func sameObjects(want, got []*unstructured.Unstructured) error {
 // packageHash identifies a package's content.
 func packageHash(files fs.FS) (string, error) {
 	h := sha256.New()
-	err := fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := fs.ReadFile(files, p)
-		if err != nil {
-			return err
-		}
-		h.Write([]byte(p))
-		h.Write([]byte{0})
-		h.Write(b)
-		h.Write([]byte{0})
-		return nil
-	})
+	err := hashFiles(h, files)
 	return hex.EncodeToString(h.Sum(nil)), err
 }

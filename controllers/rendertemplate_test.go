@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"testing"
 	"testing/fstest"
@@ -28,30 +27,11 @@ func packageVersions(t *testing.T) []Release {
 
 func renderedText(t *testing.T, r *Rendered) string {
 	t.Helper()
-	b, err := encodeRenderedPlain(r)
+	b, err := marshalRendered(r)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-func encodeRenderedPlain(r *Rendered) ([]byte, error) {
-	var out renderedJSON
-	for _, o := range r.Objects {
-		b, err := o.MarshalJSON()
-		if err != nil {
-			return nil, err
-		}
-		out.Objects = append(out.Objects, b)
-	}
-	for _, o := range r.Handoffs {
-		b, err := o.MarshalJSON()
-		if err != nil {
-			return nil, err
-		}
-		out.Handoffs = append(out.Handoffs, b)
-	}
-	return json.MarshalIndent(out, "", " ")
 }
 
 // A render from a template is the render kustomize makes, for every package
