@@ -122,30 +122,18 @@ func (t *RenderTemplates) mask(instance map[string]any, namespace, name string) 
 	}
 	meta["name"], meta["namespace"] = t.token+"n0z", t.token+"s0z"
 	m.values = append(m.values, t.token+"n0z", name, t.token+"s0z", namespace)
-	var walk func(v any) any
-	walk = func(v any) any {
-		switch v := v.(type) {
-		case map[string]any:
-			// In key order: a template's sentinels are numbered the same
-			// for every SimpleWebApp of its shape.
-			for _, k := range slices.Sorted(maps.Keys(v)) {
-				v[k] = walk(v[k])
-			}
-		case []any:
-			for i, e := range v {
-				v[i] = walk(e)
-			}
-		case string:
-			// An empty string may mean "unset" to kustomize; it stays in the key.
-			if v != "" {
-				s := fmt.Sprintf("%sv%dz", t.token, len(m.values)/2)
-				m.values = append(m.values, s, v)
-				return s
-			}
+	// In key order: a template's sentinels are numbered the same for every
+	// SimpleWebApp of its shape.
+	sentinel := func(v string) string {
+		// An empty string may mean "unset" to kustomize; it stays in the key.
+		if v == "" {
+			return v
 		}
-		return v
+		s := fmt.Sprintf("%sv%dz", t.token, len(m.values)/2)
+		m.values = append(m.values, s, v)
+		return s
 	}
-	m.instance["spec"] = walk(m.instance["spec"])
+	m.instance["spec"] = mapStrings(m.instance["spec"], sentinel, false)
 	return m, nil
 }
 
@@ -261,20 +249,30 @@ func contentHash(u *unstructured.Unstructured, base string) (string, error) {
 
 // replaceStrings replaces in every string and map key of v.
 func replaceStrings(v any, r *strings.Replacer) any {
+	return mapStrings(v, r.Replace, true)
+}
+
+// mapStrings returns v with f applied to every string in it (and to map keys
+// if keys is set), visiting maps in key order.
+func mapStrings(v any, f func(string) string, keys bool) any {
 	switch v := v.(type) {
 	case map[string]any:
 		out := make(map[string]any, len(v))
-		for k, e := range v {
-			out[r.Replace(k)] = replaceStrings(e, r)
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			e := mapStrings(v[k], f, keys)
+			if keys {
+				k = f(k)
+			}
+			out[k] = e
 		}
 		return out
 	case []any:
 		for i, e := range v {
-			v[i] = replaceStrings(e, r)
+			v[i] = mapStrings(e, f, keys)
 		}
 		return v
 	case string:
-		return r.Replace(v)
+		return f(v)
 	}
 	return v
 }
@@ -312,23 +310,7 @@ func (t *RenderTemplates) check(rel Release, pkg string) error {
 		if err != nil {
 			return err
 		}
-		var walk func(v any) any
-		walk = func(v any) any {
-			switch v := v.(type) {
-			case map[string]any:
-				for k, e := range v {
-					v[k] = walk(e)
-				}
-			case []any:
-				for i, e := range v {
-					v[i] = walk(e)
-				}
-			case string:
-				return v + tricky + id.name
-			}
-			return v
-		}
-		instance["spec"] = walk(instance["spec"])
+		instance["spec"] = mapStrings(instance["spec"], func(v string) string { return v + tricky + id.name }, false)
 		want, err := kustomize(rel, instance, id.namespace, id.name, nil)
 		if err != nil {
 			return err
