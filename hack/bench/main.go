@@ -37,7 +37,7 @@ type opts struct {
 	out                                        string
 	skipBare, skipChannelMove, pprof, keep     bool
 	baselineChannelMove                        bool
-	operatorArgs, gomemlimit                   string
+	operatorArgs, gomemlimit, gogc             string
 }
 
 func logf(format string, args ...any) {
@@ -65,7 +65,8 @@ func main() {
 	flag.BoolVar(&o.pprof, "pprof", false, "save a CPU profile of the operator's first 20 s of convergence and a heap profile after the restart (needs --pprof-bind-address, so not for a baseline)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the clusters' directories (logs, audit logs)")
 	flag.StringVar(&o.operatorArgs, "operator-args", "", "more flags for the operator (space-separated)")
-	flag.StringVar(&o.gomemlimit, "gomemlimit", "", "GOMEMLIMIT of the operator (not the baseline), e.g. 90MiB")
+	flag.StringVar(&o.gomemlimit, "gomemlimit", "", "GOMEMLIMIT of the operator (not the baseline), e.g. 90MiB (default: as config/manager/manager.yaml sets it)")
+	flag.StringVar(&o.gogc, "gogc", "", "GOGC of the operator (not the baseline) (default: as config/manager/manager.yaml sets it)")
 	flag.Parse()
 	o.kcmQPS, o.schedQPS = float32(kcmQPS), float32(schedQPS)
 	ctrllog.SetLogger(logr.Discard()) // the bench's own clients: nothing to say
@@ -105,6 +106,9 @@ func run(ctx context.Context, o opts) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
+	if err := runtimeEnvOfDeployment(root, &o); err != nil {
+		return err
+	}
 	work, err := os.MkdirTemp("", "swa-bench-")
 	if err != nil {
 		return err
@@ -125,7 +129,7 @@ func run(ctx context.Context, o opts) error {
 			"creates in flight":                            fmt.Sprint(o.workers),
 			"quiet":                                        o.quiet.String(),
 			"operator args":                                o.operatorArgs,
-			"operator GOMEMLIMIT":                          o.gomemlimit,
+			"operator GOGC / GOMEMLIMIT":                   o.gogc + " / " + o.gomemlimit,
 		},
 	}
 	logf("bench N=%d namespaces=%d baseline=%q; load average %s", o.n, o.namespaces, o.baseline, res.LoadBefore)

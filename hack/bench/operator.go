@@ -76,11 +76,13 @@ func runOperator(ctx context.Context, dir, root, bin, name string, o opts, chann
 	if name == "operator" && o.operatorArgs != "" {
 		args = append(args, strings.Fields(o.operatorArgs)...)
 	}
-	// The operator inherits the environment: GOMEMLIMIT as a Deployment
-	// would set it, for this build only.
-	os.Unsetenv("GOMEMLIMIT")
-	if name == "operator" && o.gomemlimit != "" {
-		os.Setenv("GOMEMLIMIT", o.gomemlimit)
+	// The operator inherits the environment: GOGC and GOMEMLIMIT as its
+	// Deployment sets them (runtimeEnvOfDeployment), for this build only.
+	for k, v := range map[string]string{"GOGC": o.gogc, "GOMEMLIMIT": o.gomemlimit} {
+		os.Unsetenv(k)
+		if name == "operator" && v != "" {
+			os.Setenv(k, v)
+		}
 	}
 	op, err := startOperator(ctx, e, bin, name, pprof, args)
 	if err != nil {
