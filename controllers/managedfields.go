@@ -9,10 +9,12 @@ import (
 	"sort"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 )
 
@@ -115,18 +117,48 @@ func leftover(entries []metav1.ManagedFieldsEntry) bool {
 
 // takeOver merges the entries of foreign managers that own sensitive fields,
 // and the operator's own Update entry, into its Apply entry, on obj as the
-// last apply returned it. The patch tests that resourceVersion, so a
-// concurrent write makes it fail (and the reconcile retry) rather than lose
-// an entry. It returns the managers taken
-// over, for an event.
+// last apply returned it. The patch carries obj's resourceVersion, so a
+// concurrent write makes it conflict rather than lose an entry. Such a write
+// is usual: a new pod template makes the Deployment controller write the
+// Deployment within milliseconds of the apply. On a conflict the object is
+// read again (uncached: the cache keeps no field sets of ours) and the merge
+// redone from what it holds now, a few times, before the pass gives up as a
+// stale read. It returns the managers taken over, for an event.
 func (a *Applier) takeOver(ctx context.Context, ri dynamic.ResourceInterface, obj *unstructured.Unstructured) ([]string, error) {
 	name := obj.GetName()
-	entries := obj.GetManagedFields()
+	var taken []string
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		patch, t, err := takeOverPatch(obj)
+		if err != nil {
+			return err
+		}
+		taken = t
+		_, err = ri.Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: ManagerName})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		fresh, gerr := ri.Get(ctx, name, metav1.GetOptions{})
+		if gerr != nil {
+			return gerr
+		}
+		obj = fresh
+		return err
+	})
+	if err != nil {
+		return nil, objectError(err, obj.GetKind(), name, "take-over of field managers")
+	}
+	return taken, nil
+}
+
+// takeOverPatch is the merge patch that replaces obj's managed fields by
+// the merged ones, with obj's resourceVersion as a precondition, and the
+// foreign managers it takes over.
+func takeOverPatch(obj *unstructured.Unstructured) ([]byte, []string, error) {
 	merged := fieldpath.NewSet()
 	var keep []metav1.ManagedFieldsEntry
 	var taken []string
 	var ours *metav1.ManagedFieldsEntry
-	for _, e := range entries {
+	for _, e := range obj.GetManagedFields() {
 		absorb := false
 		switch {
 		case e.Manager == ManagerName && e.Subresource == "" && e.Operation == metav1.ManagedFieldsOperationApply:
@@ -145,14 +177,14 @@ func (a *Applier) takeOver(ctx context.Context, ri dynamic.ResourceInterface, ob
 		if e.FieldsV1 != nil {
 			s := fieldpath.NewSet()
 			if err := s.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
-				return nil, fmt.Errorf("managed fields of %s: %w", e.Manager, err)
+				return nil, nil, fmt.Errorf("managed fields of %s: %w", e.Manager, err)
 			}
 			merged = merged.Union(s)
 		}
 	}
 	raw, err := merged.ToJSON()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	entry := metav1.ManagedFieldsEntry{
 		Manager: ManagerName, Operation: metav1.ManagedFieldsOperationApply, APIVersion: obj.GetAPIVersion(),
@@ -162,15 +194,11 @@ func (a *Applier) takeOver(ctx context.Context, ri dynamic.ResourceInterface, ob
 		entry.APIVersion, entry.Time = ours.APIVersion, ours.Time
 	}
 	keep = append(keep, entry)
-	patch, err := json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/resourceVersion", "value": obj.GetResourceVersion()},
-		{"op": "replace", "path": "/metadata/managedFields", "value": keep},
-	})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := ri.Patch(ctx, name, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: ManagerName}); err != nil {
-		return nil, objectError(err, obj.GetKind(), name, "take-over of field managers")
-	}
-	return taken, nil
+	// A merge patch replaces a list whole; with resourceVersion set, the API
+	// server answers 409 Conflict when the object changed since obj.
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": obj.GetResourceVersion(),
+		"managedFields":   keep,
+	}})
+	return patch, taken, err
 }

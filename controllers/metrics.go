@@ -95,12 +95,31 @@ func recordMetrics(before, after *webappv1.SimpleWebApp, o outcome) {
 		rollbacks.Inc()
 		upgrades.WithLabelValues("rolled_back").Inc()
 	}
-	if after.Status.Upgrade != nil && before.Status.Upgrade == nil {
+	started, succeeded := upgradeSteps(&before.Status, &after.Status)
+	if started {
 		upgrades.WithLabelValues("started").Inc()
 	}
-	if before.Status.Upgrade != nil && after.Status.Upgrade == nil && !o.rolledBack && o.failure == nil {
+	if succeeded {
 		upgrades.WithLabelValues("succeeded").Inc()
 	}
+}
+
+// upgradeSteps reads an upgrade's start and success from the status before
+// and after a pass, as stored: a pass that fails after its writes leaves its
+// status unwritten, and the next pass may find the roll-out already done.
+// An upgrade succeeds when the last healthy version moves from one version
+// to another (a roll-back never moves it); it started when status.upgrade
+// appears or names another target, or when it succeeded without a pass ever
+// seeing it in flight.
+func upgradeSteps(before, after *webappv1.SimpleWebAppStatus) (started, succeeded bool) {
+	succeeded = before.LastHealthyVersion != "" && after.LastHealthyVersion != before.LastHealthyVersion
+	switch {
+	case after.Upgrade != nil:
+		started = before.Upgrade == nil || before.Upgrade.To != after.Upgrade.To
+	case succeeded:
+		started = before.Upgrade == nil || before.Upgrade.To != after.LastHealthyVersion
+	}
+	return started, succeeded
 }
 
 // forgetMetrics drops the series of a deleted SimpleWebApp.

@@ -149,6 +149,7 @@ func runOperator(ctx context.Context, dir, root, bin, name string, o opts, chann
 	}
 	res.Objects = len(objs)
 	logf("  quiet; %d requests (%s), %.0f reconciles, %.1f CPU s, peak RSS %.0f MiB", res.Requests.Total, res.Requests.verbs(), res.Reconciles, res.CPUSeconds, res.Stats.PeakRSSMiB)
+	logf("  RSS now %.0f MiB (anonymous %.0f, file %.0f)", res.Stats.RSSMiB, res.Stats.RSSAnonMiB, res.Stats.RSSFileMiB)
 
 	<-cpuProfiled
 	// Restart with nothing changed.
@@ -179,7 +180,7 @@ func runOperator(ctx context.Context, dir, root, bin, name string, o opts, chann
 			res.Restart.ObjectsChanged++
 		}
 	}
-	logf("  restart: %d requests (%s), %d of %d objects changed, RSS %.0f MiB", res.Restart.Requests.Total, res.Restart.Requests.verbs(), res.Restart.ObjectsChanged, len(before), res.Restart.Stats.RSSMiB)
+	logf("  restart: %d requests (%s), %d of %d objects changed, RSS %.0f MiB (anonymous %.0f, file %.0f)", res.Restart.Requests.Total, res.Restart.Requests.verbs(), res.Restart.ObjectsChanged, len(before), res.Restart.Stats.RSSMiB, res.Restart.Stats.RSSAnonMiB, res.Restart.Stats.RSSFileMiB)
 	if pprof {
 		top, err := op.heapProfile(filepath.Join(o.out, fmt.Sprintf("heap-n%d-ns%d.pb.gz", o.n, o.namespaces)))
 		if err != nil {

@@ -82,6 +82,10 @@ type procStats struct {
 	CPUSeconds float64 `json:"cpuSeconds"`
 	RSSMiB     float64 `json:"rssMiB"`
 	PeakRSSMiB float64 `json:"peakRssMiB"`
+	// The RSS split: anonymous pages (the Go heap, stacks, runtime) and
+	// file pages (the binary's text and data as far as they were touched).
+	RSSAnonMiB float64 `json:"rssAnonMiB"`
+	RSSFileMiB float64 `json:"rssFileMiB"`
 }
 
 // controlPlaneCPU is the CPU seconds each control-plane process has used so
@@ -121,6 +125,10 @@ func statsOf(pid int) procStats {
 				s.RSSMiB = kb / 1024
 			case "VmHWM:":
 				s.PeakRSSMiB = kb / 1024
+			case "RssAnon:":
+				s.RSSAnonMiB = kb / 1024
+			case "RssFile:":
+				s.RSSFileMiB = kb / 1024
 			}
 		}
 	}

@@ -69,7 +69,7 @@ func startOperator(t *testing.T, name string, args ...string) *operator {
 	t.Cleanup(func() {
 		op.Kill()
 		if t.Failed() {
-			t.Logf("--- operator %s log tail (%s) ---\n%s", op.Name(), op.LogPath(), op.LogTail(40))
+			t.Logf("--- operator %s log tail, idle lines left out (%s) ---\n%s", op.Name(), op.LogPath(), op.LogTailOfWork(60))
 		}
 	})
 	t.Logf("started operator %s (pid %d): %s", name, op.Pid(), strings.Join(op.Args(), " "))

@@ -173,6 +173,15 @@ func (op *Operator) LogTail(n int) string {
 	return op.logLines(n, func(string) bool { return true })
 }
 
+// LogTailOfWork is LogTail without what an idle operator logs every few
+// seconds (lease renewals, an empty work queue), which would otherwise fill
+// the tail of a test that fails by waiting.
+func (op *Operator) LogTailOfWork(n int) string {
+	return op.logLines(n, func(l string) bool {
+		return !strings.Contains(l, "Successfully renewed lease") && !strings.Contains(l, `"items":[]`)
+	})
+}
+
 // LogLinesWith is the last n lines of the operator's log containing s, long
 // lines cut.
 func (op *Operator) LogLinesWith(s string, n int) string {

@@ -1,0 +1,109 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/utils/ptr"
+
+	"example.com/simplewebapp-operator/tests/cluster"
+)
+
+// A take-over races the Deployment controller, which writes a Deployment
+// within milliseconds of an apply that changed its pod template. The patch
+// must not then fail for good (it once did: a JSON patch's failed test of
+// resourceVersion comes back as 422 Invalid, read as a refused apply): it
+// reads the object again and merges what it holds now. Against a real
+// kube-apiserver: the precondition and the managed-fields bookkeeping are
+// the server's.
+func TestTakeOverAfterAConcurrentWrite(t *testing.T) {
+	env, err := cluster.EnvtestEnvironment()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ri := dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).Namespace("default")
+
+	deployment := func(image string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "apps/v1", "kind": "Deployment",
+			"metadata": map[string]any{"name": "web", "namespace": "default"},
+			"spec": map[string]any{
+				"selector": map[string]any{"matchLabels": map[string]any{"app": "web"}},
+				"template": map[string]any{
+					"metadata": map[string]any{"labels": map[string]any{"app": "web"}},
+					"spec":     map[string]any{"containers": []any{map[string]any{"name": "web", "image": image}}},
+				},
+			},
+		}}
+	}
+	// Created as the operator creates (an Update entry of ManagerName),
+	// then applied with a new image: the create's entry still owns fields
+	// the apply does not, which is what a take-over merges.
+	if _, err := ri.Create(ctx, deployment("nginx:1"), metav1.CreateOptions{FieldManager: ManagerName}); err != nil {
+		t.Fatal(err)
+	}
+	body, err := deployment("nginx:2").MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := ri.Patch(ctx, "web", types.ApplyPatchType, body, metav1.PatchOptions{FieldManager: ManagerName, Force: ptr.To(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !leftover(applied.GetManagedFields()) {
+		t.Fatalf("no leftover after the apply: %+v", applied.GetManagedFields())
+	}
+	// Another writer, as the Deployment controller's revision annotation.
+	concurrent, err := ri.Patch(ctx, "web", types.MergePatchType, []byte(`{"metadata":{"annotations":{"deployment.kubernetes.io/revision":"2"}}}`),
+		metav1.PatchOptions{FieldManager: "kube-controller-manager"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if concurrent.GetResourceVersion() == applied.GetResourceVersion() {
+		t.Fatal("the concurrent write did not change the resourceVersion")
+	}
+
+	if _, err := (&Applier{}).takeOver(ctx, ri, applied); err != nil {
+		t.Fatalf("take-over after a concurrent write: %v", err)
+	}
+	live, err := ri.Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leftover(live.GetManagedFields()) {
+		t.Errorf("still a leftover after the take-over: %+v", live.GetManagedFields())
+	}
+	var ours, controller int
+	for _, e := range live.GetManagedFields() {
+		switch e.Manager {
+		case ManagerName:
+			ours++
+			if e.Operation != metav1.ManagedFieldsOperationApply {
+				t.Errorf("our entry is an %s, want the Apply entry only", e.Operation)
+			}
+		case "kube-controller-manager":
+			controller++
+		}
+	}
+	if ours != 1 || controller != 1 {
+		t.Errorf("entries: %d of ours (want 1), %d of the concurrent writer (want 1, kept): %+v", ours, controller, live.GetManagedFields())
+	}
+	if live.GetAnnotations()["deployment.kubernetes.io/revision"] != "2" {
+		t.Errorf("the concurrent writer's annotation is gone: %v", live.GetAnnotations())
+	}
+}
