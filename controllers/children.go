@@ -131,12 +131,14 @@ func kindOf(o client.Object) (metav1.GroupVersionKind, bool) {
 // (status, scale), the field sets of the operator's own entries (their
 // presence is what counts; a take-over reads the write's response) and those
 // of foreign managers that own no field that matters for security or
-// exposure (the create's entry alone held about 1 KiB per object).
+// exposure (the create's entry alone held about 1 KiB per object). The
+// strings that repeat across objects are interned (internMeta).
 func trimManagedFields(obj any) (any, error) {
 	o, ok := obj.(client.Object)
 	if !ok {
 		return obj, nil
 	}
+	defer internMeta(o)
 	entries := o.GetManagedFields()
 	if len(entries) == 0 {
 		return obj, nil

@@ -96,6 +96,20 @@ func TestDefaults(t *testing.T) {
 	if len(c.VolumeMounts) > 0 {
 		t.Errorf("default volume mounts %+v", c.VolumeMounts)
 	}
+	// The Go runtime's settings are those of config/manager/manager.yaml.
+	var wantEnv []corev1.EnvVar
+	for _, doc := range strings.Split(string(readFile(t, "config/manager/manager.yaml")), "\n---") {
+		var d appsv1.Deployment
+		if err := sigsyaml.Unmarshal([]byte(doc), &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Kind == "Deployment" {
+			wantEnv = d.Spec.Template.Spec.Containers[0].Env
+		}
+	}
+	if len(wantEnv) == 0 || !reflect.DeepEqual(c.Env, wantEnv) {
+		t.Errorf("default env %+v, want config/manager/manager.yaml's %+v", c.Env, wantEnv)
+	}
 }
 
 // TestTenantRoles: the chart's tenant roles are those of

@@ -1,0 +1,74 @@
+package controllers
+
+import (
+	"unique"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The cache holds thousands of children whose metadata repeats a few
+// strings: label and annotation keys, the common label values, field
+// managers, owner API versions and kinds, the image. Each decoded object
+// has its own copies of them (about a third of a child's metadata, 1.5 KiB);
+// interned, they share one. Only strings that are few across a fleet are
+// interned: an interned string that is used once costs more than its copy.
+
+// internedLabelValues are the label keys whose values repeat across
+// SimpleWebApps (not instance or part-of, which name one).
+var internedLabelValues = map[string]bool{
+	"app.kubernetes.io/name":       true,
+	"app.kubernetes.io/component":  true,
+	"app.kubernetes.io/managed-by": true,
+	"app.kubernetes.io/version":    true,
+}
+
+func intern(s string) string { return unique.Make(s).Value() }
+
+// internMeta interns o's repeated metadata strings, and for a Deployment
+// those of its selector and pod template labels and its images.
+func internMeta(o client.Object) {
+	o.SetLabels(internLabels(o.GetLabels()))
+	if ann := o.GetAnnotations(); len(ann) > 0 {
+		out := make(map[string]string, len(ann))
+		for k, v := range ann {
+			out[intern(k)] = v
+		}
+		o.SetAnnotations(out)
+	}
+	refs := o.GetOwnerReferences()
+	for i := range refs {
+		refs[i].APIVersion, refs[i].Kind = intern(refs[i].APIVersion), intern(refs[i].Kind)
+	}
+	entries := o.GetManagedFields()
+	for i := range entries {
+		e := &entries[i]
+		e.Manager, e.Operation = intern(e.Manager), metav1.ManagedFieldsOperationType(intern(string(e.Operation)))
+		e.APIVersion, e.FieldsType, e.Subresource = intern(e.APIVersion), intern(e.FieldsType), intern(e.Subresource)
+	}
+	if d, ok := o.(*appsv1.Deployment); ok {
+		if d.Spec.Selector != nil {
+			d.Spec.Selector.MatchLabels = internLabels(d.Spec.Selector.MatchLabels)
+		}
+		d.Spec.Template.Labels = internLabels(d.Spec.Template.Labels)
+		for i := range d.Spec.Template.Spec.Containers {
+			c := &d.Spec.Template.Spec.Containers[i]
+			c.Name, c.Image = intern(c.Name), intern(c.Image)
+		}
+	}
+}
+
+func internLabels(labels map[string]string) map[string]string {
+	if len(labels) == 0 {
+		return labels
+	}
+	out := make(map[string]string, len(labels))
+	for k, v := range labels {
+		if internedLabelValues[k] {
+			v = intern(v)
+		}
+		out[intern(k)] = v
+	}
+	return out
+}
