@@ -29,14 +29,8 @@ func intern(s string) string { return unique.Make(s).Value() }
 // internMeta interns o's repeated metadata strings, and for a Deployment
 // those of its selector and pod template labels and its images.
 func internMeta(o client.Object) {
-	o.SetLabels(internLabels(o.GetLabels()))
-	if ann := o.GetAnnotations(); len(ann) > 0 {
-		out := make(map[string]string, len(ann))
-		for k, v := range ann {
-			out[intern(k)] = v
-		}
-		o.SetAnnotations(out)
-	}
+	o.SetLabels(internMap(o.GetLabels()))
+	o.SetAnnotations(internMap(o.GetAnnotations()))
 	refs := o.GetOwnerReferences()
 	for i := range refs {
 		refs[i].APIVersion, refs[i].Kind = intern(refs[i].APIVersion), intern(refs[i].Kind)
@@ -49,9 +43,9 @@ func internMeta(o client.Object) {
 	}
 	if d, ok := o.(*appsv1.Deployment); ok {
 		if d.Spec.Selector != nil {
-			d.Spec.Selector.MatchLabels = internLabels(d.Spec.Selector.MatchLabels)
+			d.Spec.Selector.MatchLabels = internMap(d.Spec.Selector.MatchLabels)
 		}
-		d.Spec.Template.Labels = internLabels(d.Spec.Template.Labels)
+		d.Spec.Template.Labels = internMap(d.Spec.Template.Labels)
 		for i := range d.Spec.Template.Spec.Containers {
 			c := &d.Spec.Template.Spec.Containers[i]
 			c.Name, c.Image = intern(c.Name), intern(c.Image)
@@ -59,12 +53,14 @@ func internMeta(o client.Object) {
 	}
 }
 
-func internLabels(labels map[string]string) map[string]string {
-	if len(labels) == 0 {
-		return labels
+// internMap interns a label or annotation map's keys, and the values of
+// the keys in internedLabelValues.
+func internMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
 	}
-	out := make(map[string]string, len(labels))
-	for k, v := range labels {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
 		if internedLabelValues[k] {
 			v = intern(v)
 		}
