@@ -42,11 +42,9 @@ func TestMetrics(t *testing.T) {
 		want       []int
 	}{
 		{"no token", "", []int{http.StatusUnauthorized}},
-		// The API server rejects the TokenReview's token; k8s.io/apiserver's
-		// bearer token authenticator reports that as an error ("invalid bearer
-		// token"), which controller-runtime v0.25's filter answers with 500
-		// "Authentication failed" (and an error log with a stack trace), not 401.
-		{"an invalid token", "not-a-token", []int{http.StatusUnauthorized, http.StatusInternalServerError}},
+		// The API server's TokenReview rejects it (internal/metricsauth:
+		// 401; controller-runtime's filter answered 500).
+		{"an invalid token", "not-a-token", []int{http.StatusUnauthorized}},
 		{"ServiceAccount " + noRightsSA + " (no metrics-reader binding)", env.noRights.Token, []int{http.StatusForbidden}},
 		{"ServiceAccount " + scraperSA + " (bound to metrics-reader)", env.scraper.Token, []int{http.StatusOK}},
 	} {
