@@ -182,24 +182,31 @@ func encodeRendered(r *Rendered) ([]byte, error) {
 	// for a few microseconds per cache hit. At 1000 SimpleWebApps that is
 	// the difference between about 5.5 and 1.5 MiB of live heap.
 	var z bytes.Buffer
-	w := deflaters.Get().(*flate.Writer)
-	defer deflaters.Put(w)
-	w.Reset(&z)
-	if _, err := w.Write(b); err != nil {
+	deflater.Lock()
+	defer deflater.Unlock()
+	if deflater.w == nil {
+		deflater.w, _ = flate.NewWriter(nil, flate.BestSpeed) // fails only for an invalid level
+	}
+	deflater.w.Reset(&z)
+	if _, err := deflater.w.Write(b); err != nil {
 		return nil, err
 	}
-	if err := w.Close(); err != nil {
+	if err := deflater.w.Close(); err != nil {
 		return nil, err
 	}
 	return bytes.Clone(z.Bytes()), nil
 }
 
-// deflaters are reused: a flate.Writer holds about 1 MB of tables, more
-// than a thousand compressed renders.
-var deflaters = sync.Pool{New: func() any {
-	w, _ := flate.NewWriter(nil, flate.BestSpeed) // fails only for an invalid level
-	return w
-}}
+// deflater is one flate.Writer for every encode: it holds about 1 MB of
+// tables, more than a thousand compressed renders. A sync.Pool kept one per
+// worker that encoded at the same moment (4 MiB of the heap after a restart
+// of 1000 SimpleWebApps, held until two GCs); one writer behind a lock costs
+// a few microseconds of waiting, as encodes follow renders, which run at
+// most GOMAXPROCS at a time.
+var deflater struct {
+	sync.Mutex
+	w *flate.Writer // made by the first encode
+}
 
 func decodeRendered(z []byte) (*Rendered, error) {
 	b, err := io.ReadAll(flate.NewReader(bytes.NewReader(z)))
