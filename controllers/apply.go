@@ -110,10 +110,9 @@ type applied struct {
 // start (ConfigMaps: ManagedKind.ReadByWorkload), so that they never start
 // without their volumes; then everything else (the Deployment, the Service,
 // ...). The writes of one wave are independent and run in parallel: a new
-// SimpleWebApp's objects cost two round trips (and the Deployment's handoff
-// apply a third), not one per object. The Service is in the second wave
-// because its create is the slowest (the API server allocates its cluster
-// IP) and nothing waits for it. The first error (in render order) is
+// SimpleWebApp's objects cost two round trips, not one per object. The
+// Service is in the second wave because its create is the slowest (the API
+// server allocates its cluster IP) and nothing waits for it. The first error (in render order) is
 // returned, and a wave with an error stops the next.
 func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rendered, force bool) (applied, error) {
 	var res applied
@@ -137,8 +136,9 @@ func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rend
 					partial = h
 				}
 			}
+			handoffPaths := r.HandoffFields[identity(o)]
 			ensure := func() {
-				live, err := a.ensure(ctx, swa, desired(swa, o, id), partial, force, &results[i])
+				live, err := a.ensure(ctx, swa, desired(swa, o, id), partial, handoffPaths, force, &results[i])
 				if d, ok := live.(*appsv1.Deployment); ok {
 					results[i].workload = d
 				}
@@ -213,8 +213,9 @@ func hashOf(v any) string {
 }
 
 // ensure makes one object match desired (and its handoff fields partial) and
-// returns it as it is now.
-func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desired, partial *unstructured.Unstructured, force bool, res *applied) (client.Object, error) {
+// returns it as it is now. handoffPaths are the object's handoff fields,
+// handed off or not (Rendered.HandoffFields).
+func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desired, partial *unstructured.Unstructured, handoffPaths []string, force bool, res *applied) (client.Object, error) {
 	gvk := desired.GroupVersionKind()
 	kind, ok := managedKind(gvk)
 	if !ok { // the floor refuses these before apply; this is a second check
@@ -247,7 +248,10 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 	changed := liveU.GetAnnotations()[AnnotationAppliedHash] != desired.GetAnnotations()[AnnotationAppliedHash]
 	drifted := !contains(liveU.Object, desired.Object) || len(foreignSensitiveFields(live.GetManagedFields())) > 0
 	needs := force || changed || drifted
-	partialNeeded := partial != nil && (force || !contains(liveU.Object, partial.Object) || !hasManager(live.GetManagedFields(), HandoffManager))
+	// The handoff fields are written when they differ. Who owns them does
+	// not matter until an apply would drop them: the take-over below gives
+	// the create's copy to HandoffManager (takeOverPatch).
+	partialNeeded := partial != nil && (force || !contains(liveU.Object, partial.Object))
 	if !needs && !partialNeeded {
 		a.fights.settled(key, time.Now())
 		return live, nil
@@ -286,7 +290,7 @@ func (a *Applier) ensure(ctx context.Context, swa *webappv1.SimpleWebApp, desire
 			// Fields of foreign managers, or of our own create, that this
 			// apply did not cover: take them over, and apply again so that
 			// what the render lacks is removed.
-			taken, err := a.takeOver(ctx, ri, out)
+			taken, err := a.takeOver(ctx, ri, out, handoffPaths)
 			if err != nil {
 				return nil, err
 			}
@@ -330,20 +334,18 @@ func observedIfMetadataOnly(before, written *appsv1.Deployment) bool {
 }
 
 // create POSTs desired with its handoff fields: it fails if the name is taken,
-// so nothing is adopted. The handoff manager then co-owns its fields.
+// so nothing is adopted. The create's entry owns the handoff fields until the
+// first apply that changes the object takes them over for HandoffManager
+// (takeOverPatch): one write per new object, where a handoff apply right
+// after the create was a second, sequential one.
 func (a *Applier) create(ctx context.Context, swa *webappv1.SimpleWebApp, key objectKey, desired, partial *unstructured.Unstructured, res *applied) (client.Object, error) {
 	gvk := desired.GroupVersionKind()
 	kind, _ := managedKind(gvk)
-	mapping, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-	if err != nil {
-		return nil, err
-	}
-	ri := a.Dynamic.Resource(mapping.Resource).Namespace(desired.GetNamespace())
 	body := desired
 	if partial != nil {
 		body = withFields([]*unstructured.Unstructured{desired}, partial)[0]
 	}
-	out, err := ri.Create(ctx, body, metav1.CreateOptions{FieldManager: ManagerName})
+	out, err := a.post(ctx, kind, body)
 	if apierrors.IsAlreadyExists(err) {
 		existing := kind.New()
 		if err := a.APIReader.Get(ctx, client.ObjectKeyFromObject(desired), existing); err != nil {
@@ -358,13 +360,33 @@ func (a *Applier) create(ctx context.Context, swa *webappv1.SimpleWebApp, key ob
 		return nil, objectError(err, gvk.Kind, desired.GetName(), "create")
 	}
 	res.writes++
-	if partial != nil {
-		if out, err = a.apply(ctx, ri, partial, out.GetUID(), HandoffManager); err != nil {
+	a.remember(key, out)
+	return out, nil
+}
+
+// post creates body as ManagerName. A body that converts to its Go type
+// exactly goes through the typed client, as protobuf: the API server decodes
+// and encodes it for a fraction of the CPU that JSON costs it (and the
+// operator decodes the answer once, where JSON came back as a map to
+// convert). A body with fields this build's types do not know (a package
+// for a newer Kubernetes) goes as JSON, whole.
+func (a *Applier) post(ctx context.Context, kind ManagedKind, body *unstructured.Unstructured) (client.Object, error) {
+	typed := kind.New()
+	if runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(body.Object, typed, true) == nil {
+		if err := a.Client.Create(ctx, typed, client.FieldOwner(ManagerName)); err != nil {
 			return nil, err
 		}
-		res.writes++
+		return typed, nil
 	}
-	a.remember(key, out)
+	gvk := body.GroupVersionKind()
+	mapping, err := a.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, err
+	}
+	out, err := a.Dynamic.Resource(mapping.Resource).Namespace(body.GetNamespace()).Create(ctx, body, metav1.CreateOptions{FieldManager: ManagerName})
+	if err != nil {
+		return nil, err
+	}
 	return fromUnstructured(out, kind)
 }
 
@@ -408,8 +430,8 @@ func (a *Applier) behind(key objectKey, live client.Object) bool {
 	return err == nil && rv < w.resourceVersion
 }
 
-func (a *Applier) remember(key objectKey, out *unstructured.Unstructured) {
-	if out == nil {
+func (a *Applier) remember(key objectKey, out client.Object) {
+	if out == nil || reflect.ValueOf(out).IsNil() {
 		return
 	}
 	rv, err := strconv.ParseUint(out.GetResourceVersion(), 10, 64)

@@ -70,6 +70,12 @@ func applyDirectives(rel Release, objs []*unstructured.Unstructured, instance ma
 				continue
 			}
 		}
+		if fields := handoffPaths(ann); len(fields) > 0 {
+			if out.HandoffFields == nil {
+				out.HandoffFields = map[string][]string{}
+			}
+			out.HandoffFields[identity(o)] = fields
+		}
 		handoff, err := splitHandoff(o, ann, instance)
 		if err != nil {
 			return nil, stalled(webappv1.ReasonRenderFailed, "package %s: %s %s: %v", version, o.GetKind(), o.GetName(), err)
@@ -109,8 +115,8 @@ func splitHandoff(o *unstructured.Unstructured, ann map[string]string, instance 
 	partial.SetKind(o.GetKind())
 	partial.SetName(o.GetName())
 	partial.SetNamespace(o.GetNamespace())
-	for _, f := range strings.Split(fields, ",") {
-		path := strings.Split(strings.TrimSpace(f), ".")
+	for _, f := range handoffPaths(ann) {
+		path := strings.Split(f, ".")
 		v, found, err := unstructured.NestedFieldCopy(o.Object, path...)
 		if err != nil {
 			return nil, fmt.Errorf("%s %q: %w", AnnotationHandoffFields, f, err)
@@ -127,6 +133,17 @@ func splitHandoff(o *unstructured.Unstructured, ann map[string]string, instance 
 		return nil, nil
 	}
 	return partial, nil
+}
+
+// handoffPaths are the dot paths that AnnotationHandoffFields lists.
+func handoffPaths(ann map[string]string) []string {
+	var out []string
+	for _, f := range strings.Split(ann[AnnotationHandoffFields], ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // celEnv is the Kubernetes CEL environment (the one CRD validation rules and

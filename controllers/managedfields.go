@@ -124,11 +124,17 @@ func leftover(entries []metav1.ManagedFieldsEntry) bool {
 // read again (uncached: the cache keeps no field sets of ours) and the merge
 // redone from what it holds now, a few times, before the pass gives up as a
 // stale read. It returns the managers taken over, for an event.
-func (a *Applier) takeOver(ctx context.Context, ri dynamic.ResourceInterface, obj *unstructured.Unstructured) ([]string, error) {
+//
+// The handoff fields (handoffPaths) among what is merged go to HandoffManager
+// instead: the operator's apply never holds them, so its next apply would
+// remove them (a Deployment's replicas would fall to the default of 1),
+// while HandoffManager keeps them until it applies them again or an
+// autoscaler takes them.
+func (a *Applier) takeOver(ctx context.Context, ri dynamic.ResourceInterface, obj *unstructured.Unstructured, handoffPaths []string) ([]string, error) {
 	name := obj.GetName()
 	var taken []string
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		patch, t, err := takeOverPatch(obj)
+		patch, t, err := takeOverPatch(obj, handoffPaths)
 		if err != nil {
 			return err
 		}
@@ -153,14 +159,17 @@ func (a *Applier) takeOver(ctx context.Context, ri dynamic.ResourceInterface, ob
 // takeOverPatch is the merge patch that replaces obj's managed fields by
 // the merged ones, with obj's resourceVersion as a precondition, and the
 // foreign managers it takes over.
-func takeOverPatch(obj *unstructured.Unstructured) ([]byte, []string, error) {
-	merged := fieldpath.NewSet()
+func takeOverPatch(obj *unstructured.Unstructured, handoffPaths []string) ([]byte, []string, error) {
+	merged, handedOff := fieldpath.NewSet(), fieldpath.NewSet()
 	var keep []metav1.ManagedFieldsEntry
 	var taken []string
-	var ours *metav1.ManagedFieldsEntry
+	var ours, handoff *metav1.ManagedFieldsEntry
 	for _, e := range obj.GetManagedFields() {
 		absorb := false
 		switch {
+		case e.Manager == HandoffManager && e.Subresource == "" && e.Operation == metav1.ManagedFieldsOperationApply:
+			handoff = &e
+			absorb = true
 		case e.Manager == ManagerName && e.Subresource == "" && e.Operation == metav1.ManagedFieldsOperationApply:
 			ours = &e
 			absorb = true
@@ -179,21 +188,27 @@ func takeOverPatch(obj *unstructured.Unstructured) ([]byte, []string, error) {
 			if err := s.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
 				return nil, nil, fmt.Errorf("managed fields of %s: %w", e.Manager, err)
 			}
-			merged = merged.Union(s)
+			if e.Manager == HandoffManager {
+				handedOff = handedOff.Union(s)
+			} else {
+				merged = merged.Union(s)
+			}
 		}
 	}
-	raw, err := merged.ToJSON()
+	merged, moved := splitPaths(merged, handoffPaths)
+	handedOff = handedOff.Union(moved)
+	entry, err := appliedEntry(ManagerName, merged, ours, obj.GetAPIVersion())
 	if err != nil {
 		return nil, nil, err
 	}
-	entry := metav1.ManagedFieldsEntry{
-		Manager: ManagerName, Operation: metav1.ManagedFieldsOperationApply, APIVersion: obj.GetAPIVersion(),
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: raw},
-	}
-	if ours != nil {
-		entry.APIVersion, entry.Time = ours.APIVersion, ours.Time
-	}
 	keep = append(keep, entry)
+	if !handedOff.Empty() {
+		entry, err := appliedEntry(HandoffManager, handedOff, handoff, obj.GetAPIVersion())
+		if err != nil {
+			return nil, nil, err
+		}
+		keep = append(keep, entry)
+	}
 	// A merge patch replaces a list whole; with resourceVersion set, the API
 	// server answers 409 Conflict when the object changed since obj.
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
@@ -201,4 +216,48 @@ func takeOverPatch(obj *unstructured.Unstructured) ([]byte, []string, error) {
 		"managedFields":   keep,
 	}})
 	return patch, taken, err
+}
+
+// appliedEntry is manager's Apply entry owning fields; it keeps the API
+// version and time of the entry it replaces, if any.
+func appliedEntry(manager string, fields *fieldpath.Set, old *metav1.ManagedFieldsEntry, apiVersion string) (metav1.ManagedFieldsEntry, error) {
+	raw, err := fields.ToJSON()
+	if err != nil {
+		return metav1.ManagedFieldsEntry{}, err
+	}
+	e := metav1.ManagedFieldsEntry{
+		Manager: manager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: apiVersion,
+		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: raw},
+	}
+	if old != nil {
+		e.APIVersion, e.Time = old.APIVersion, old.Time
+	}
+	return e, nil
+}
+
+// splitPaths splits fields into those outside and those at or under any of
+// the dot paths.
+func splitPaths(fields *fieldpath.Set, dotPaths []string) (rest, under *fieldpath.Set) {
+	if len(dotPaths) == 0 {
+		return fields, fieldpath.NewSet()
+	}
+	prefixes := make([]fieldpath.Path, 0, len(dotPaths))
+	for _, p := range dotPaths {
+		var path fieldpath.Path
+		for _, name := range strings.Split(p, ".") {
+			path = append(path, fieldpath.PathElement{FieldName: &name})
+		}
+		prefixes = append(prefixes, path)
+	}
+	rest, under = fieldpath.NewSet(), fieldpath.NewSet()
+	fields.Iterate(func(p fieldpath.Path) {
+		for _, prefix := range prefixes {
+			if len(p) >= len(prefix) && p[:len(prefix)].Equals(prefix) {
+				under.Insert(p.Copy())
+				return
+			}
+		}
+		rest.Insert(p.Copy())
+	})
+	return rest, under
 }

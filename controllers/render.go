@@ -53,6 +53,10 @@ type Rendered struct {
 	// Handoffs are partial objects with the fields that the package hands
 	// off under a condition which is false now: applied as HandoffManager.
 	Handoffs []*unstructured.Unstructured
+	// HandoffFields are the dot paths of each object's handoff fields (by
+	// identity), handed off or not: a take-over of field managers gives
+	// them to HandoffManager rather than drop them (takeOverPatch).
+	HandoffFields map[string][]string
 }
 
 // Render builds the objects of one SimpleWebApp from a package version: the

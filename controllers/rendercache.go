@@ -57,8 +57,9 @@ func NewRenderCache(size int, timeout time.Duration) *RenderCache {
 const renderTemplates = 256
 
 type renderedJSON struct {
-	Objects  []json.RawMessage `json:"objects"`
-	Handoffs []json.RawMessage `json:"handoffs"`
+	Objects       []json.RawMessage   `json:"objects"`
+	Handoffs      []json.RawMessage   `json:"handoffs"`
+	HandoffFields map[string][]string `json:"handoffFields,omitempty"`
 }
 
 // Render returns Render(rel, swa), from the cache when its inputs are known.
@@ -154,7 +155,7 @@ func hashFiles(h io.Writer, files fs.FS) error {
 
 // marshalRendered is a render as JSON (what the cache deflates).
 func marshalRendered(r *Rendered) ([]byte, error) {
-	var out renderedJSON
+	out := renderedJSON{HandoffFields: r.HandoffFields}
 	for _, o := range r.Objects {
 		b, err := o.MarshalJSON()
 		if err != nil {
@@ -217,7 +218,7 @@ func decodeRendered(z []byte) (*Rendered, error) {
 	if err := json.Unmarshal(b, &in); err != nil {
 		return nil, err
 	}
-	r := &Rendered{}
+	r := &Rendered{HandoffFields: in.HandoffFields}
 	for _, raw := range in.Objects {
 		u := &unstructured.Unstructured{}
 		if err := u.UnmarshalJSON(raw); err != nil {

@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
@@ -80,6 +81,35 @@ func TestAutoscalerOwnsReplicas(t *testing.T) {
 		err := get(t, ns, "auto-web", &autoscalingv2.HorizontalPodAutoscaler{})
 		return err != nil, "still there"
 	})
+}
+
+// Autoscaling switched on for a running app, in the same update as a new
+// message: the apply that rolls the message no longer holds spec.replicas
+// (the HPA is to own them), and the replicas the app ran with stay until the
+// HPA changes them: no fall to the default of 1 (the Deployment's create
+// owned them; the apply's take-over hands them to the handoff manager).
+func TestAutoscalingSwitchedOnKeepsReplicas(t *testing.T) {
+	ns := kit.Namespace(t, k8s, testNS)
+	create(t, newWebApp(ns, "later", 3, "m0"))
+	deployment(t, ns, "later", "Deployment with 3 replicas", func(d *appsv1.Deployment) (bool, string) {
+		return *d.Spec.Replicas == 3, fmt.Sprint(*d.Spec.Replicas)
+	})
+	for i, autoscaling := range []*webappv1.Autoscaling{{MinReplicas: 2, MaxReplicas: 10}, nil} {
+		msg := fmt.Sprintf("m%d", i+1)
+		update(t, ns, "later", func(s *webappv1.SimpleWebApp) {
+			s.Spec.Message = msg
+			s.Spec.Autoscaling = autoscaling
+		})
+		d := deployment(t, ns, "later", "reconcile applying message "+msg, func(d *appsv1.Deployment) (bool, string) {
+			return contentConfigMap(t, d).Data["message"] == msg, "old message"
+		})
+		if *d.Spec.Replicas != 3 {
+			t.Errorf("after message %s (autoscaling %v): %d replicas, want 3", msg, autoscaling != nil, *d.Spec.Replicas)
+		}
+		if !managedBy(d, "simplewebapp-operator-handoff", metav1.ManagedFieldsOperationApply) {
+			t.Errorf("after message %s: spec.replicas not held by the handoff manager: %+v", msg, d.GetManagedFields())
+		}
+	}
 }
 
 func scaleDeployment(t *testing.T, d *appsv1.Deployment, n int32) {
