@@ -50,7 +50,8 @@ type auditEvent struct {
 	ResponseStatus *struct {
 		Code int `json:"code"`
 	} `json:"responseStatus"`
-	StageTimestamp time.Time `json:"stageTimestamp"`
+	RequestReceivedTimestamp time.Time `json:"requestReceivedTimestamp"`
+	StageTimestamp           time.Time `json:"stageTimestamp"`
 }
 
 // counted: one event per request. A watch is counted when it starts (it
@@ -175,12 +176,21 @@ type requests struct {
 	// Objects are the children (not the SimpleWebApp, its status or events)
 	// by "verb resource namespace/name", for the small phases.
 	Objects []string `json:"objects,omitempty"`
+	// MeanMillis is the API server's mean time per request (received to
+	// complete), by "verb resource", watches left out.
+	MeanMillis map[string]float64 `json:"meanMillisByVerbResource,omitempty"`
 }
 
 func summarise(ev []auditEvent, listObjects bool) requests {
-	r := requests{ByVerb: map[string]int{}, ByVerbRes: map[string]int{}}
+	r := requests{ByVerb: map[string]int{}, ByVerbRes: map[string]int{}, MeanMillis: map[string]float64{}}
+	timed := map[string]int{}
 	for _, e := range ev {
 		r.Total++
+		if e.Verb != "watch" && !e.RequestReceivedTimestamp.IsZero() {
+			k := e.Verb + " " + e.resource()
+			r.MeanMillis[k] += float64(e.StageTimestamp.Sub(e.RequestReceivedTimestamp).Microseconds()) / 1000
+			timed[k]++
+		}
 		r.ByVerb[e.Verb]++
 		res := e.resource()
 		r.ByVerbRes[e.Verb+" "+res]++
@@ -194,7 +204,27 @@ func summarise(ev []auditEvent, listObjects bool) requests {
 			r.Objects = append(r.Objects, e.Verb+" "+res+" "+e.object())
 		}
 	}
+	for k, n := range timed {
+		r.MeanMillis[k] /= float64(n)
+	}
 	return r
+}
+
+// slowest formats the n kinds of request with the longest mean time in the
+// API server, as "create services 532 ms".
+func (r requests) slowest(n int) string {
+	keys := make([]string, 0, len(r.MeanMillis))
+	for k := range r.MeanMillis {
+		if r.ByVerbRes[k] >= 10 { // not the odd discovery request
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool { return r.MeanMillis[keys[i]] > r.MeanMillis[keys[j]] })
+	parts := make([]string, 0, n)
+	for _, k := range keys[:min(n, len(keys))] {
+		parts = append(parts, fmt.Sprintf("%s %.0f ms", k, r.MeanMillis[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // objectRequests are the requests for children: neither status writes nor

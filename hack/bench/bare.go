@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,10 +59,11 @@ type bareResult struct {
 	// AppliedSeconds: from the first create to the last object applied
 	// (create the SimpleWebApp, then apply its objects, workers in
 	// parallel).
-	AppliedSeconds float64  `json:"appliedSeconds"`
-	ReadySeconds   float64  `json:"readySeconds"`
-	Objects        int      `json:"objects"`
-	Requests       requests `json:"requests"`
+	AppliedSeconds   float64   `json:"appliedSeconds"`
+	AppliedQuartiles []float64 `json:"appliedQuartiles"` // as the operator's
+	ReadySeconds     float64   `json:"readySeconds"`
+	Objects          int       `json:"objects"`
+	Requests         requests  `json:"requests"`
 	// ControlPlaneCPU: CPU seconds per control-plane process until applied.
 	ControlPlaneCPU map[string]float64 `json:"controlPlaneCPUSecondsToApplied"`
 }
@@ -128,6 +130,8 @@ func runBare(ctx context.Context, dir, root string, o opts) (*bareResult, error)
 	mark := e.audit.mark()
 	cp0 := controlPlaneCPU(e.Cluster)
 	t0 = time.Now()
+	quartiles := newQuartiles(o.n, t0)
+	var done atomic.Int64
 	next := make(chan int)
 	errs := make(chan error, o.workers)
 	var wg sync.WaitGroup
@@ -140,6 +144,7 @@ func runBare(ctx context.Context, dir, root string, o opts) (*bareResult, error)
 					errs <- err
 					return
 				}
+				quartiles.observe(int(done.Add(1)))
 			}
 		}()
 	}
@@ -160,6 +165,7 @@ func runBare(ctx context.Context, dir, root string, o opts) (*bareResult, error)
 	default:
 	}
 	res.AppliedSeconds = time.Since(t0).Seconds()
+	res.AppliedQuartiles = quartiles.seconds()
 	res.ControlPlaneCPU = cpuSince(e.Cluster, cp0)
 	logf("  created and applied in %.1fs", res.AppliedSeconds)
 	d, ok := waitUntil(30*time.Minute, func() bool { return e.track.readyDeployments() >= o.n },

@@ -87,6 +87,14 @@ func table(r *result) string {
 	row("create the CRs", "(within applied)", func(o *opResult) string { return fmt.Sprintf("%.1f s", o.CreateSeconds) })
 	row("all applied (operator: every observedGeneration current and every Deployment created)", bare(func(x *bareResult) string { return fmt.Sprintf("%.1f s", x.AppliedSeconds) }),
 		func(o *opResult) string { return fmt.Sprintf("%.1f s%s", o.AppliedSeconds, ratio(o.AppliedSeconds)) })
+	quarters := func(q []float64) string {
+		if len(q) != 4 {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f / %.1f / %.1f / %.1f s", q[0], q[1], q[2], q[3])
+	}
+	row("applied: a quarter / half / three quarters / all of the apps", bare(func(x *bareResult) string { return quarters(x.AppliedQuartiles) }),
+		func(o *opResult) string { return quarters(o.AppliedQuartiles) })
 	cp := func(m map[string]float64) string {
 		return fmt.Sprintf("apiserver %.1f, etcd %.1f, controller-manager %.1f, scheduler %.1f, kwok %.1f",
 			m["kube-apiserver"], m["etcd"], m["kube-controller-manager"], m["kube-scheduler"], m["kwok"])
@@ -97,6 +105,8 @@ func table(r *result) string {
 		})
 	row("all Ready", bare(func(x *bareResult) string { return fmt.Sprintf("%.1f s", x.ReadySeconds) }),
 		func(o *opResult) string { return fmt.Sprintf("%.1f s", o.ReadySeconds) })
+	row("API server time per request, mean (the slowest three kinds)", bare(func(x *bareResult) string { return x.Requests.slowest(3) }),
+		func(o *opResult) string { return o.Requests.slowest(3) })
 	row("requests until quiet, per app", bare(func(x *bareResult) string {
 		return fmt.Sprintf("%.2f (%s)", float64(x.Requests.Total)/n, x.Requests.verbs())
 	}), func(o *opResult) string {

@@ -192,3 +192,30 @@ func waitUntil(timeout time.Duration, cond func() bool, progress func() string) 
 	}
 	return took, true
 }
+
+// quartiles records when a count of done apps first reached a quarter, half,
+// three quarters and all of n.
+type quartiles struct {
+	mu    sync.Mutex
+	n     int
+	start time.Time
+	at    [4]float64
+}
+
+func newQuartiles(n int, start time.Time) *quartiles { return &quartiles{n: n, start: start} }
+
+func (q *quartiles) observe(done int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := range q.at {
+		if q.at[i] == 0 && done*4 >= q.n*(i+1) {
+			q.at[i] = time.Since(q.start).Seconds()
+		}
+	}
+}
+
+func (q *quartiles) seconds() []float64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.at[:]
+}
