@@ -58,3 +58,24 @@ func TestTrimInternsRepeatedStrings(t *testing.T) {
 		t.Errorf("values changed: %v %v %v %v", a.Labels, b.Labels, a.Annotations, b.OwnerReferences)
 	}
 }
+
+// A file that a package ships to every app is held once by the cache; a
+// short value (an app's own message) stays its own copy.
+func TestTrimInternsLongConfigMapValues(t *testing.T) {
+	conf := strings.Repeat("server { listen 8080; }\n", 20) // about 0.5 KiB
+	cm := func(message string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{Data: map[string]string{"default.conf": strings.Clone(conf), "message": strings.Clone(message)}}
+	}
+	a, b := cm("hello"), cm("hello")
+	for _, c := range []*corev1.ConfigMap{a, b} {
+		if _, err := trimManagedFields(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.Data["default.conf"] != conf || unsafe.StringData(a.Data["default.conf"]) != unsafe.StringData(b.Data["default.conf"]) {
+		t.Error("the shared configuration file is not one string")
+	}
+	if a.Data["message"] != "hello" || unsafe.StringData(a.Data["message"]) == unsafe.StringData(b.Data["message"]) {
+		t.Errorf("short values: %q, interned %v (want their own copies)", a.Data["message"], unsafe.StringData(a.Data["message"]) == unsafe.StringData(b.Data["message"]))
+	}
+}
