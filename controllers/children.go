@@ -126,13 +126,14 @@ func kindOf(o client.Object) (metav1.GroupVersionKind, bool) {
 }
 
 // trimManagedFields is the cache's transform of managed objects: it keeps
-// what the Applier reads from field managers (who owns what outside status)
-// and drops the rest, so the cache stays small: the entries of subresources
-// (status, scale), the field sets of the operator's own entries (their
-// presence is what counts; a take-over reads the write's response) and those
-// of foreign managers that own no field that matters for security or
-// exposure (the create's entry alone held about 1 KiB per object). The
-// strings that repeat across objects are interned (internMeta).
+// what the Applier reads from field managers (which foreign managers own
+// what outside status) and drops the rest, so the cache stays small: the
+// entries of subresources (status, scale), the operator's own entries
+// (nothing reads them from the cache: a take-over reads the write's
+// response) and the field sets of foreign managers that own no field that
+// matters for security or exposure (the create's entry alone held about
+// 1 KiB per object). The strings that repeat across objects are interned
+// (internMeta).
 func trimManagedFields(obj any) (any, error) {
 	o, ok := obj.(client.Object)
 	if !ok {
@@ -145,13 +146,10 @@ func trimManagedFields(obj any) (any, error) {
 	}
 	kept := make([]metav1.ManagedFieldsEntry, 0, len(entries))
 	for _, e := range entries {
-		if e.Subresource != "" && e.Manager != HandoffManager {
+		if !isForeign(e) {
 			continue
 		}
 		switch {
-		case slices.Contains(ourManagers, e.Manager):
-			// Only the presence of our entries is read from the cache.
-			e.FieldsV1, e.Time = nil, nil
 		case e.FieldsV1 != nil && len(sensitiveFields(e.FieldsV1.Raw)) == 0:
 			// A foreign manager's fields are read only when they matter.
 			e.FieldsV1 = nil

@@ -20,7 +20,7 @@ func TestTrimInternsRepeatedStrings(t *testing.T) {
 		d.Labels = map[string]string{fresh("app.kubernetes.io/name"): fresh("simplewebapp"), fresh("app.kubernetes.io/instance"): fresh(instance)}
 		d.Annotations = map[string]string{fresh(AnnotationAppliedHash): fresh(instance + "-hash")}
 		d.OwnerReferences = []metav1.OwnerReference{{APIVersion: fresh("example.com/v1"), Kind: fresh("SimpleWebApp"), Name: fresh(instance)}}
-		d.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: fresh(ManagerName), Operation: metav1.ManagedFieldsOperationApply, APIVersion: fresh("apps/v1")}}
+		d.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: fresh("kubectl-rollout"), Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: fresh("apps/v1")}}
 		d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{fresh("app.kubernetes.io/name"): fresh("simplewebapp")}}
 		d.Spec.Template.Spec.Containers = []corev1.Container{{Name: fresh("web"), Image: fresh("nginx:1.27")}}
 		return d

@@ -77,10 +77,6 @@ func sensitiveFields(raw []byte) []string {
 	return out
 }
 
-func hasManager(entries []metav1.ManagedFieldsEntry, manager string) bool {
-	return slices.ContainsFunc(entries, func(e metav1.ManagedFieldsEntry) bool { return e.Manager == manager })
-}
-
 // leftover reports whether, after an apply, fields remain that the
 // operator's apply entry does not own but should: sensitive fields of a
 // foreign manager, or fields of the operator's own create (a POST records
