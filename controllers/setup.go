@@ -162,9 +162,16 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 	if opts.RenderCacheSize <= 0 {
 		opts.RenderCacheSize = 4096
 	}
+	events, err := NewEventWriter(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetScheme())
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(events); err != nil {
+		return nil, err
+	}
 	r := &SimpleWebAppReconciler{
 		Client:                  mgr.GetClient(),
-		Recorder:                mgr.GetEventRecorder(ManagerName),
+		Recorder:                events,
 		Channels:                opts.Channels,
 		Renders:                 NewRenderCache(opts.RenderCacheSize, opts.RenderTimeout),
 		Applier:                 NewApplier(mgr.GetClient(), mgr.GetAPIReader(), dyn, mgr.GetRESTMapper()),

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,7 +28,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/recorder"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
@@ -42,7 +42,7 @@ const upgradeSlotRetry = 3 * time.Second
 type SimpleWebAppReconciler struct {
 	// Client reads from the cache, which holds only managed objects.
 	Client   client.Client
-	Recorder recorder.EventRecorder
+	Recorder events.EventRecorder
 	Channels Channels
 	Renders  *RenderCache
 	Applier  *Applier
@@ -79,7 +79,7 @@ type ownWrite struct {
 // +kubebuilder:rbac:groups=example.com,resources=simplewebapps,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=example.com,resources=simplewebapps/status,verbs=get;patch
 // +kubebuilder:rbac:groups=example.com,resources=simplewebapps/finalizers,verbs=update
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create
 
 // Reconcile only does bookkeeping: fetch, run the pipeline, write status,
 // events and metrics from its outcome.
