@@ -266,7 +266,7 @@ func warmUp(ctx context.Context, c client.Client, o opts) error {
 	instance := client.MatchingLabels{controllers.LabelInstance: app.Name}
 	left := func() (int, error) {
 		n := 0
-		for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}} {
+		for _, l := range childLists() {
 			if err := c.List(ctx, l, client.InNamespace(app.Namespace), instance); err != nil {
 				return 0, err
 			}
@@ -318,11 +318,16 @@ func createApps(ctx context.Context, c client.Client, o opts) error {
 	return first
 }
 
+// childLists are empty lists of the kinds the bench's apps are made of.
+func childLists() []client.ObjectList {
+	return []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}}
+}
+
 // childVersions are the resourceVersions of every managed child.
 func childVersions(ctx context.Context, c client.Client) (map[string]string, error) {
 	out := map[string]string{}
 	sel := client.MatchingLabels{controllers.LabelManagedBy: controllers.ManagerName}
-	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}} {
+	for _, l := range childLists() {
 		if err := c.List(ctx, l, sel); err != nil {
 			return nil, err
 		}
