@@ -112,8 +112,9 @@ type applied struct {
 // ...). The writes of one wave are independent and run in parallel: a new
 // SimpleWebApp's objects cost two round trips, not one per object. The
 // Service is in the second wave because its create is the slowest (the API
-// server allocates its cluster IP) and nothing waits for it. The first error (in render order) is
-// returned, and a wave with an error stops the next.
+// server's cluster-IP allocator takes one Service at a time) and nothing
+// waits for it. The first error (in render order) is returned, and a wave
+// with an error stops the next.
 func (a *Applier) Apply(ctx context.Context, swa *webappv1.SimpleWebApp, r *Rendered, force bool) (applied, error) {
 	var res applied
 	id := applySetID(swa)
@@ -430,8 +431,10 @@ func (a *Applier) behind(key objectKey, live client.Object) bool {
 	return err == nil && rv < w.resourceVersion
 }
 
+// remember records a write's resourceVersion; out is what the write returned
+// (never nil: callers remember only after a write).
 func (a *Applier) remember(key objectKey, out client.Object) {
-	if out == nil || reflect.ValueOf(out).IsNil() {
+	if out == nil {
 		return
 	}
 	rv, err := strconv.ParseUint(out.GetResourceVersion(), 10, 64)

@@ -70,13 +70,14 @@ func applyDirectives(rel Release, objs []*unstructured.Unstructured, instance ma
 				continue
 			}
 		}
-		if fields := handoffPaths(ann); len(fields) > 0 {
+		fields := handoffPaths(ann)
+		if len(fields) > 0 {
 			if out.HandoffFields == nil {
 				out.HandoffFields = map[string][]string{}
 			}
 			out.HandoffFields[identity(o)] = fields
 		}
-		handoff, err := splitHandoff(o, ann, instance)
+		handoff, err := splitHandoff(o, fields, ann[AnnotationHandoffWhen], instance)
 		if err != nil {
 			return nil, stalled(webappv1.ReasonRenderFailed, "package %s: %s %s: %v", version, o.GetKind(), o.GetName(), err)
 		}
@@ -98,15 +99,14 @@ func applyDirectives(rel Release, objs []*unstructured.Unstructured, instance ma
 // splitHandoff removes the handoff fields from o. It returns them as a
 // partial object to apply as HandoffManager, or nil when they are handed off
 // (or o has none).
-func splitHandoff(o *unstructured.Unstructured, ann map[string]string, instance map[string]any) (*unstructured.Unstructured, error) {
-	fields := ann[AnnotationHandoffFields]
-	if fields == "" {
+func splitHandoff(o *unstructured.Unstructured, fields []string, when string, instance map[string]any) (*unstructured.Unstructured, error) {
+	if len(fields) == 0 {
 		return nil, nil
 	}
 	handedOff := false
-	if expr := ann[AnnotationHandoffWhen]; expr != "" {
+	if when != "" {
 		var err error
-		if handedOff, err = evalCondition(expr, instance); err != nil {
+		if handedOff, err = evalCondition(when, instance); err != nil {
 			return nil, fmt.Errorf("%s: %w", AnnotationHandoffWhen, err)
 		}
 	}
@@ -115,7 +115,7 @@ func splitHandoff(o *unstructured.Unstructured, ann map[string]string, instance 
 	partial.SetKind(o.GetKind())
 	partial.SetName(o.GetName())
 	partial.SetNamespace(o.GetNamespace())
-	for _, f := range handoffPaths(ann) {
+	for _, f := range fields {
 		path := strings.Split(f, ".")
 		v, found, err := unstructured.NestedFieldCopy(o.Object, path...)
 		if err != nil {
