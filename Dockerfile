@@ -9,6 +9,7 @@ ARG TARGETOS TARGETARCH
 # No .git in the build context: `make docker-build` passes the revision.
 ARG REVISION=unknown
 WORKDIR /src
+# Exactly what the two binaries need (tests/install checks it against go list).
 COPY go.mod go.sum ./
 RUN go mod download
 COPY VERSION main.go ./
@@ -17,6 +18,7 @@ COPY api/ api/
 COPY channels/ channels/
 COPY controllers/ controllers/
 COPY cmd/ cmd/
+COPY internal/ internal/
 RUN GOOS=$TARGETOS GOARCH=$TARGETARCH REVISION=$REVISION bash hack/build.sh /out
 
 FROM gcr.io/distroless/static:nonroot@sha256:f7f8f729987ad0fdf6b05eeeae94b26e6a0f613bdf46feea7fc40f7bd72953e6
