@@ -74,15 +74,17 @@ func Render(rel Release, swa *webappv1.SimpleWebApp) (*Rendered, error) {
 type buildFunc func(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([]*unstructured.Unstructured, map[string]any, error)
 
 func renderUsing(rel Release, swa *webappv1.SimpleWebApp, build buildFunc) (*Rendered, error) {
-	if err := checkPatchOperations(swa.Spec.Patches); err != nil {
+	// The user's patch text is read here and nowhere else (userpatch.go).
+	patches, err := preparePatches(swa.Spec.Patches)
+	if err != nil {
 		return nil, err
 	}
-	objs, instance, err := build(rel, swa, swa.Spec.Patches)
+	objs, instance, err := build(rel, swa, patches)
 	if err != nil {
 		return nil, err
 	}
 	base := objs
-	if len(swa.Spec.Patches) > 0 {
+	if len(patches) > 0 {
 		if base, _, err = build(rel, swa, nil); err != nil {
 			return nil, err
 		}
@@ -199,60 +201,12 @@ func overlayFor(namespace, name string, patches []webappv1.Patch) kustypes.Kusto
 	}
 	for _, p := range patches {
 		k.Patches = append(k.Patches, kustypes.Patch{
-			Patch: withObjectHeader(p),
+			Patch: p.Patch, // prepared: JSON with an object header
 			// Kinds are limited by the API to Deployment and Service.
 			Target: &kustypes.Selector{ResId: resid.ResId{Gvk: resid.Gvk{Kind: p.Target.Kind}, Name: p.Target.Name}},
 		})
 	}
 	return k
-}
-
-// patchableAPIVersions are the kinds spec.patches may target (an API enum).
-var patchableAPIVersions = map[string]string{"Deployment": "apps/v1", "Service": "v1"}
-
-// withObjectHeader lets users write a strategic merge patch as just the fields
-// to change: kustomize needs apiVersion, kind and a name to parse one, and with
-// a target it replaces them with each matched object's. JSON 6902 patches (a
-// list) pass unchanged.
-func withObjectHeader(p webappv1.Patch) string {
-	var body map[string]any
-	if err := yaml.Unmarshal([]byte(p.Patch), &body); err != nil || body == nil {
-		return p.Patch
-	}
-	if _, ok := body["kind"]; ok {
-		return p.Patch
-	}
-	body["apiVersion"] = patchableAPIVersions[p.Target.Kind]
-	body["kind"] = p.Target.Kind
-	if _, ok := body["metadata"]; !ok {
-		body["metadata"] = map[string]any{"name": "patched"}
-	} else if m, ok := body["metadata"].(map[string]any); ok && m["name"] == nil {
-		m["name"] = "patched"
-	}
-	out, err := yaml.Marshal(body)
-	if err != nil {
-		return p.Patch
-	}
-	return string(out)
-}
-
-// checkPatchOperations refuses JSON 6902 operations that can make a small
-// patch expensive (copy, move) before kustomize runs them.
-func checkPatchOperations(patches []webappv1.Patch) error {
-	for i, p := range patches {
-		var ops []map[string]any
-		if err := yaml.Unmarshal([]byte(p.Patch), &ops); err != nil {
-			continue // not a list: a strategic merge patch (or broken, which kustomize reports)
-		}
-		for j, op := range ops {
-			switch op["op"] {
-			case "add", "remove", "replace", "test":
-			default:
-				return stalled(webappv1.ReasonPatchNotAllowed, "spec.patches[%d] operation %d: op %q is not allowed (only add, remove, replace and test)", i, j, op["op"])
-			}
-		}
-	}
-	return nil
 }
 
 // instanceFor lays the SimpleWebApp's spec over the package's instance.yaml,

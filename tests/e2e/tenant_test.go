@@ -28,8 +28,8 @@ import (
 // tenantAttempts are SimpleWebApps a tenant with nothing but SimpleWebApp
 // rights might write to borrow the operator's rights: host access,
 // privilege, another ServiceAccount's token, exposure outside the cluster,
-// and a JSON 6902 copy bomb (17 operations, about 1 KiB, that once grew the
-// operator to 12 GiB).
+// a JSON 6902 copy bomb (17 operations, about 1 KiB, each doubling the
+// document) and a YAML alias bomb (11 KiB that decodes to 320 MB).
 func tenantAttempts() map[string][]webappv1.Patch {
 	dep := func(p string) webappv1.Patch {
 		return webappv1.Patch{Target: webappv1.PatchTarget{Kind: "Deployment", Name: "web"}, Patch: p}
@@ -41,7 +41,17 @@ func tenantAttempts() map[string][]webappv1.Patch {
 	for i := range 17 {
 		fmt.Fprintf(&bomb, "- op: copy\n  from: /spec/template\n  path: /spec/template/metadata/annotations/c%d\n", i)
 	}
+	// 4,500 plain elements keep the aliased share under sigs.k8s.io/yaml's
+	// limit: expanded, 160,000 copies of a 2,000-character string.
+	alias := "spec:\n  template:\n    metadata:\n      annotations:\n" +
+		"        pad: [" + strings.TrimSuffix(strings.Repeat("a,", 4500), ",") + "]\n" +
+		"        l0: &l0 " + strings.Repeat("x", 2000) + "\n"
+	for i := 1; i <= 4; i++ {
+		refs := strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*l%d,", i-1), 20), ",")
+		alias += fmt.Sprintf("        l%d: &l%d [%s]\n", i, i, refs)
+	}
 	return map[string][]webappv1.Patch{
+		"aliasbomb":  {dep(alias)},
 		"hostnet":    {dep("spec:\n  template:\n    spec:\n      hostNetwork: true\n      hostPID: true\n")},
 		"privileged": {dep("spec:\n  template:\n    spec:\n      containers:\n      - name: web\n        securityContext: {privileged: true, runAsUser: 0, runAsNonRoot: false}\n")},
 		"hostpath":   {dep("- op: add\n  path: /spec/template/spec/volumes/-\n  value: {name: root, hostPath: {path: /}}\n")},
