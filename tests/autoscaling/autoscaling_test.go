@@ -2,7 +2,6 @@ package autoscaling
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -406,7 +405,7 @@ func watchReplicas(t *testing.T, ns, name string) *replicasLog {
 			}
 			last = r
 			l.mu.Lock()
-			l.changes = append(l.changes, replicasChange{at: time.Now(), replicas: r, owners: replicasOwners(d)})
+			l.changes = append(l.changes, replicasChange{at: time.Now(), replicas: r, owners: kit.ReplicasOwners(d)})
 			l.mu.Unlock()
 		}
 	}()
@@ -416,30 +415,6 @@ func watchReplicas(t *testing.T, ns, name string) *replicasLog {
 		<-done
 	})
 	return l
-}
-
-// replicasOwners are the managers of spec.replicas in d's managed fields.
-func replicasOwners(d *appsv1.Deployment) []string {
-	var out []string
-	for _, f := range d.ManagedFields {
-		if f.FieldsV1 == nil {
-			continue
-		}
-		var fields struct {
-			Spec map[string]json.RawMessage `json:"f:spec"`
-		}
-		if json.Unmarshal(f.FieldsV1.Raw, &fields) != nil {
-			continue
-		}
-		if _, ok := fields.Spec["f:replicas"]; ok {
-			o := f.Manager + "/" + string(f.Operation)
-			if f.Subresource != "" {
-				o += "/" + f.Subresource
-			}
-			out = append(out, o)
-		}
-	}
-	return out
 }
 
 func (l *replicasLog) snapshot(t *testing.T) []replicasChange {

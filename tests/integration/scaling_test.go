@@ -3,8 +3,15 @@ package integration
 import (
 	"context"
 	"fmt"
-	"k8s.io/client-go/util/retry"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
@@ -88,11 +95,23 @@ func TestAutoscalerOwnsReplicas(t *testing.T) {
 // (the HPA is to own them), and the replicas the app ran with stay until the
 // HPA changes them: no fall to the default of 1 (the Deployment's create
 // owned them; the apply's take-over hands them to the handoff manager).
+// Switched off again, the handoff manager applies spec.replicas itself.
+//
+// Every version of the Deployment is watched from before the first update:
+// none may have fewer replicas, whoever owns them. The take-over is the
+// second write of the pass that applies the message, so the state to wait
+// for is both: the new message and spec.replicas held by the handoff manager.
 func TestAutoscalingSwitchedOnKeepsReplicas(t *testing.T) {
 	ns := kit.Namespace(t, k8s, testNS)
 	create(t, newWebApp(ns, "later", 3, "m0"))
-	deployment(t, ns, "later", "Deployment with 3 replicas", func(d *appsv1.Deployment) (bool, string) {
+	d := deployment(t, ns, "later", "Deployment with 3 replicas", func(d *appsv1.Deployment) (bool, string) {
 		return *d.Spec.Replicas == 3, fmt.Sprint(*d.Spec.Replicas)
+	})
+	history := watchReplicas(t, ns, d)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the Deployment's versions after the create:\n%s", versionsString(history()))
+		}
 	})
 	for i, autoscaling := range []*webappv1.Autoscaling{{MinReplicas: 2, MaxReplicas: 10}, nil} {
 		msg := fmt.Sprintf("m%d", i+1)
@@ -100,15 +119,73 @@ func TestAutoscalingSwitchedOnKeepsReplicas(t *testing.T) {
 			s.Spec.Message = msg
 			s.Spec.Autoscaling = autoscaling
 		})
-		d := deployment(t, ns, "later", "reconcile applying message "+msg, func(d *appsv1.Deployment) (bool, string) {
-			return contentConfigMap(t, d).Data["message"] == msg, "old message"
+		deployment(t, ns, "later", "message "+msg+" applied and spec.replicas held by the handoff manager", func(d *appsv1.Deployment) (bool, string) {
+			owners := kit.ReplicasOwners(d)
+			done := contentConfigMap(t, d).Data["message"] == msg && slices.Contains(owners, "simplewebapp-operator-handoff/Apply")
+			return done, fmt.Sprintf("replicas %d owned by %v", *d.Spec.Replicas, owners)
 		})
-		if *d.Spec.Replicas != 3 {
-			t.Errorf("after message %s (autoscaling %v): %d replicas, want 3", msg, autoscaling != nil, *d.Spec.Replicas)
+	}
+	seen := history()
+	for _, v := range seen {
+		if v.replicas != 3 {
+			t.Errorf("a version of the Deployment had %d replicas, want 3 throughout:\n%s", v.replicas, versionsString(seen))
+			break
 		}
-		if !managedBy(d, "simplewebapp-operator-handoff", metav1.ManagedFieldsOperationApply) {
-			t.Errorf("after message %s: spec.replicas not held by the handoff manager: %+v", msg, d.GetManagedFields())
+	}
+	if !t.Failed() {
+		t.Logf("the Deployment's versions after the create:\n%s", versionsString(seen))
+	}
+}
+
+// replicasVersion is one version of a Deployment: its replicas and the
+// managers (manager/operation) owning spec.replicas.
+type replicasVersion struct {
+	resourceVersion string
+	replicas        int32
+	owners          []string
+}
+
+func versionsString(vs []replicasVersion) string {
+	var b strings.Builder
+	for _, v := range vs {
+		fmt.Fprintf(&b, "  rv %s: replicas %d owned by %v\n", v.resourceVersion, v.replicas, v.owners)
+	}
+	return b.String()
+}
+
+// watchReplicas records every version of d from the one given; the returned
+// function stops the watch and returns them.
+func watchReplicas(t *testing.T, ns string, d *appsv1.Deployment) func() []replicasVersion {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(adminCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cs.AppsV1().Deployments(ns).Watch(t.Context(), metav1.ListOptions{
+		FieldSelector: "metadata.name=" + d.Name, ResourceVersion: d.ResourceVersion,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := []replicasVersion{{d.ResourceVersion, *d.Spec.Replicas, kit.ReplicasOwners(d)}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if v, ok := ev.Object.(*appsv1.Deployment); ok && ev.Type == watch.Modified {
+				mu.Lock()
+				seen = append(seen, replicasVersion{v.ResourceVersion, ptr.Deref(v.Spec.Replicas, 1), kit.ReplicasOwners(v)})
+				mu.Unlock()
+			}
 		}
+	}()
+	return func() []replicasVersion {
+		w.Stop()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
 	}
 }
 
