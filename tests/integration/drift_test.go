@@ -20,10 +20,7 @@ func TestDriftIsCorrected(t *testing.T) {
 	create(t, newWebApp(ns, "drift", 3, "steady"))
 	d := deployment(t, ns, "drift", "Deployment created", func(d *appsv1.Deployment) (bool, string) { return true, "" })
 
-	svc := &corev1.Service{}
-	if err := get(t, ns, "drift-web", svc); err != nil {
-		t.Fatal(err)
-	}
+	svc := service(t, ns, "drift")
 	if err := k8s.Delete(context.Background(), svc); err != nil {
 		t.Fatal(err)
 	}

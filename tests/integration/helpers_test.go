@@ -94,6 +94,19 @@ func deployment(t *testing.T, ns, swa, what string, cond func(*appsv1.Deployment
 	return d
 }
 
+// service waits for the Service of SimpleWebApp swa. It is created in the
+// same wave as the Deployment, and after it when the API server's cluster-IP
+// allocator is busy: seeing the Deployment does not mean it exists yet.
+func service(t *testing.T, ns, swa string) *corev1.Service {
+	t.Helper()
+	svc := &corev1.Service{}
+	kit.WaitFor(t, timeout, "Service "+swa+"-web", func(context.Context) (bool, string) {
+		err := get(t, ns, swa+"-web", svc)
+		return err == nil, fmt.Sprint(err)
+	})
+	return svc
+}
+
 // condition returns the condition of the stored SimpleWebApp.
 func condition(t *testing.T, ns, name, typ string) (*webappv1.SimpleWebApp, *metav1.Condition) {
 	t.Helper()

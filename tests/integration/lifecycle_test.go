@@ -3,9 +3,10 @@ package integration
 import (
 	"context"
 	"fmt"
-	"k8s.io/client-go/util/retry"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/util/retry"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -39,10 +40,7 @@ func TestCreateAppliesOwnedObjects(t *testing.T) {
 	if cm.Data["message"] != "Welcome to my awesome web app!" {
 		t.Errorf("content ConfigMap holds %q", cm.Data["message"])
 	}
-	svc := &corev1.Service{}
-	if err := get(t, ns, "my-webapp-web", svc); err != nil {
-		t.Fatal(err)
-	}
+	svc := service(t, ns, "my-webapp")
 	if svc.Spec.Ports[0].Port != 80 {
 		t.Errorf("Service port %d, want 80", svc.Spec.Ports[0].Port)
 	}
