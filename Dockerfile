@@ -12,7 +12,7 @@ WORKDIR /src
 # Exactly what the two binaries need (tests/install checks it against go list).
 COPY go.mod go.sum ./
 RUN go mod download
-COPY VERSION main.go ./
+COPY VERSION main.go config.go manager.go nofailpoints.go ./
 COPY hack/build.sh hack/
 COPY api/ api/
 COPY channels/ channels/

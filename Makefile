@@ -12,7 +12,7 @@ VERSION        := $(strip $(file < VERSION))
 # The control plane binaries (etcd, kube-apiserver, ..., kubectl, kwok), built
 # from pinned module sources into a cache outside the clone. Only the test and
 # local cluster targets use them; install and deploy use your kubectl.
-TOOLS_BIN       = $(shell bash tests/tools/build.sh --print)
+TOOLS_BIN       = $(shell bash hack/tools/build.sh --print)
 KUBECTL        ?= kubectl
 CONTROLLER_GEN  = go tool controller-gen
 
@@ -23,7 +23,7 @@ help: ## Show the targets.
 ##@ Development
 
 .PHONY: manifests
-manifests: ## Generate the CRD and the RBAC role from the markers in api/ and controllers/ (and copy them into the Helm chart).
+manifests: ## Generate the CRD and the RBAC role from the kubebuilder markers in the code (and copy them into the Helm chart).
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./..." output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	$(MAKE) --no-print-directory helm-sync
 
@@ -47,12 +47,12 @@ build: ## Build bin/simplewebapp-operator and bin/kubectl-swa with hack/build.sh
 sync-version: ## Write VERSION into the chart (version, appVersion), config/manager's image tag and the operator's default version.
 	sed -i -E -e 's/^version: .*/version: $(VERSION)/' -e 's/^appVersion: .*/appVersion: "$(VERSION)"/' $(HELM_CHART)/Chart.yaml
 	sed -i -E 's/^(  newTag: ).*/\1$(VERSION)/' config/manager/kustomization.yaml
-	sed -i -E 's/^(var OperatorVersion = ).*/\1"$(VERSION)"/' controllers/directives.go
+	sed -i -E 's/^(var Operator = ).*/\1"$(VERSION)"/' internal/version/version.go
 
 .PHONY: tools
 tools: ## Build (or reuse from the cache) the local control plane binaries and metrics-server.
-	bash tests/tools/build.sh >/dev/null
-	bash tests/tools/build-metrics-server.sh >/dev/null
+	bash hack/tools/build.sh >/dev/null
+	bash hack/tools/build-metrics-server.sh >/dev/null
 
 .PHONY: test
 test: tools ## Run every test: unit, golden, integration (envtest) and end to end (full local cluster).

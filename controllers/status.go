@@ -2,56 +2,14 @@ package controllers
 
 import (
 	"fmt"
-	"reflect"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
-
-// outcome is what one pass of the pipeline did and saw. Status is computed
-// from it, and only from it, by computeStatus.
-type outcome struct {
-	release Release
-	// applied: the render of release was applied (its objects are below).
-	applied bool
-	objects []*unstructured.Unstructured
-	// inventory is what exists of this SimpleWebApp's objects after the pass
-	// (the render plus what waits to be pruned); nil: unchanged.
-	inventory []webappv1.ObjectReference
-	failure   *StepError
-	workload  *appsv1.Deployment // live Deployment, if it exists
-
-	suspended bool
-	// announcing: about to apply a version other than the one running
-	// (written before the apply, so Ready never stays True for the old one).
-	announcing bool
-	// waitingForUpgrade says why the running version was applied instead
-	// of a newer one (no upgrade slot free).
-	waitingForUpgrade string
-	// requestedAt is the reconcile-requested-at annotation handled.
-	requestedAt string
-	staleRead   bool
-	// unconfirmed is the status before this pass wrote the one a first
-	// apply was predicted to end in (recordInventory): when the apply did
-	// not happen after all, status is computed from it again.
-	unconfirmed *webappv1.SimpleWebAppStatus
-
-	// Health-gated upgrades (upgrade.go).
-	heldBack   bool // the desired version failed before: the last healthy one is applied
-	rolledBack bool // this pass rolled back
-	gate       gate
-
-	// What the writes did, for events and metrics.
-	writes    int
-	takenOver []string
-	pruned    []webappv1.ObjectReference
-}
 
 // computeStatus derives the whole status from the previous one and what this
 // pass saw. Each part is set by a small function below.
@@ -198,84 +156,4 @@ func setStalledCondition(st *webappv1.SimpleWebAppStatus, gen int64, ph phase) {
 		status, msg = metav1.ConditionTrue, ph.message
 	}
 	setCondition(st, gen, webappv1.ConditionStalled, status, ph.reason, msg)
-}
-
-// rollout reads a Deployment the way `kubectl rollout status` does: done when
-// the controller has observed the latest spec and every desired pod is
-// updated and available, with no old pods left.
-func rollout(d *appsv1.Deployment) (done, failed bool, msg string) {
-	if d == nil {
-		return false, false, "waiting for the Deployment to be created"
-	}
-	desired := desiredReplicas(d)
-	s := d.Status
-	if s.ObservedGeneration < d.Generation {
-		return false, false, fmt.Sprintf("waiting for the Deployment controller to observe generation %d", d.Generation)
-	}
-	for _, c := range s.Conditions {
-		if c.Type == appsv1.DeploymentProgressing && c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded" {
-			return false, true, fmt.Sprintf("Deployment %s exceeded its progress deadline: %s", d.Name, c.Message)
-		}
-	}
-	switch {
-	case s.UpdatedReplicas < desired:
-		return false, false, fmt.Sprintf("%d of %d pods updated", s.UpdatedReplicas, desired)
-	case s.Replicas > s.UpdatedReplicas:
-		return false, false, fmt.Sprintf("%d old pods are terminating", s.Replicas-s.UpdatedReplicas)
-	case s.AvailableReplicas < desired:
-		return false, false, fmt.Sprintf("%d of %d pods available", s.AvailableReplicas, desired)
-	}
-	return true, false, fmt.Sprintf("%d of %d pods ready", s.ReadyReplicas, desired)
-}
-
-func desiredReplicas(d *appsv1.Deployment) int32 {
-	if d.Spec.Replicas != nil {
-		return *d.Spec.Replicas
-	}
-	return 1
-}
-
-// inventory lists the objects as status.inventory entries.
-func inventory(objs []*unstructured.Unstructured) []webappv1.ObjectReference {
-	refs := make([]webappv1.ObjectReference, 0, len(objs))
-	for _, o := range objs {
-		refs = append(refs, webappv1.ObjectReference{Group: o.GroupVersionKind().Group, Kind: o.GetKind(), Name: o.GetName()})
-	}
-	return refs
-}
-
-// workloadName is the Deployment among the objects, or "" if there is none.
-func workloadName(refs []webappv1.ObjectReference) string {
-	for _, r := range refs {
-		if r.Group == "apps" && r.Kind == "Deployment" {
-			return r.Name
-		}
-	}
-	return ""
-}
-
-// progressOnly reports whether next differs from cur only in a roll-out's
-// progress: the pod counts and the conditions' messages, every condition
-// keeping its status, reason and observed generation. Such a change may wait
-// for the status batch (Reconcile); anything else is written at once.
-func progressOnly(cur, next webappv1.SimpleWebAppStatus) bool {
-	if reflect.DeepEqual(cur, next) || len(cur.Conditions) != len(next.Conditions) {
-		return false
-	}
-	n := *next.DeepCopy()
-	n.Replicas, n.ReadyReplicas, n.UpdatedReplicas, n.PodsReady = cur.Replicas, cur.ReadyReplicas, cur.UpdatedReplicas, cur.PodsReady
-	for i := range n.Conditions {
-		c := meta.FindStatusCondition(cur.Conditions, n.Conditions[i].Type)
-		if c == nil || c.Status != n.Conditions[i].Status || c.Reason != n.Conditions[i].Reason || c.ObservedGeneration != n.Conditions[i].ObservedGeneration {
-			return false
-		}
-		n.Conditions[i].Message, n.Conditions[i].LastTransitionTime = c.Message, c.LastTransitionTime
-	}
-	return reflect.DeepEqual(cur, n)
-}
-
-// awaitingObservation: the Deployment's controller has not yet observed its
-// latest generation, as for a moment after every write that bumps it.
-func awaitingObservation(d *appsv1.Deployment) bool {
-	return d != nil && d.Status.ObservedGeneration < d.Generation
 }

@@ -15,12 +15,14 @@ import (
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/step"
 )
 
 func deployment(gen, observed int64, replicas, updated, available int32) *appsv1.Deployment {
 	d := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas)}}
 	d.Name, d.Generation = "x-web", gen
-	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{LabelInstance: "x"}}
+	d.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{render.LabelInstance: "x"}}
 	d.Status = appsv1.DeploymentStatus{ObservedGeneration: observed, Replicas: updated, UpdatedReplicas: updated,
 		AvailableReplicas: available, ReadyReplicas: available}
 	return d
@@ -83,7 +85,7 @@ func TestComputeStatus(t *testing.T) {
 	setCondition(&prev, 6, webappv1.ConditionReady, metav1.ConditionTrue, webappv1.ReasonAvailable, "")
 	done := deployment(3, 3, 2, 2, 2)
 	rolling := deployment(3, 3, 2, 1, 2)
-	applied := outcome{applied: true, release: Release{Version: "1.0.0", Channel: "stable"}, gate: gate{lastHealthy: "1.0.0"}}
+	applied := outcome{applied: true, release: render.Release{Version: "1.0.0", Channel: "stable"}, gate: gate{lastHealthy: "1.0.0"}}
 	with := func(o outcome, f func(*outcome)) outcome { f(&o); return o }
 
 	type want struct {
@@ -103,7 +105,7 @@ func TestComputeStatus(t *testing.T) {
 			want{"False", "True", "False", webappv1.ReasonProgressing, gen, gen, kstatus.InProgressStatus}},
 		{"Deployment not created yet", applied,
 			want{"False", "True", "False", webappv1.ReasonProgressing, gen, gen, kstatus.InProgressStatus}},
-		{"announcing a version change", outcome{announcing: true, release: Release{Version: "1.1.0"}, workload: done},
+		{"announcing a version change", outcome{announcing: true, release: render.Release{Version: "1.1.0"}, workload: done},
 			want{"False", "True", "False", webappv1.ReasonProgressing, gen, 6, kstatus.InProgressStatus}},
 		{"rolled back", with(applied, func(o *outcome) {
 			o.workload, o.heldBack, o.rolledBack = done, true, true
@@ -127,7 +129,7 @@ func TestComputeStatus(t *testing.T) {
 			name string
 			o    outcome
 			want want
-		}{"terminal " + reason, outcome{failure: &StepError{Reason: reason, Message: "m", Terminal: true}, workload: done},
+		}{"terminal " + reason, outcome{failure: &step.Error{Reason: reason, Message: "m", Terminal: true}, workload: done},
 			want{"False", "False", "True", reason, gen, 6, kstatus.FailedStatus}})
 	}
 	for _, reason := range webappv1.TransientReasons {
@@ -135,7 +137,7 @@ func TestComputeStatus(t *testing.T) {
 			name string
 			o    outcome
 			want want
-		}{"transient " + reason, outcome{failure: &StepError{Reason: reason, Message: "m"}, workload: done},
+		}{"transient " + reason, outcome{failure: &step.Error{Reason: reason, Message: "m"}, workload: done},
 			want{"False", "True", "False", reason, 6, 6, kstatus.InProgressStatus}})
 	}
 	covered := map[string]bool{}
@@ -174,12 +176,12 @@ func TestSetApplied(t *testing.T) {
 	inv := []webappv1.ObjectReference{{Kind: "ConfigMap", Name: "old"}, {Kind: "ConfigMap", Name: "new"}}
 
 	st := *prev.DeepCopy()
-	setApplied(&st, 2, outcome{failure: &StepError{Reason: webappv1.ReasonApplyFailed}, inventory: inv, release: Release{Version: "1.1.0"}})
+	setApplied(&st, 2, outcome{failure: &step.Error{Reason: webappv1.ReasonApplyFailed}, inventory: inv, release: render.Release{Version: "1.1.0"}})
 	if st.AppliedGeneration != 1 || st.Version != "1.0.0" || len(st.Inventory) != 2 {
 		t.Errorf("a failed apply moved what is applied, or lost what it wrote: %+v", st)
 	}
 	st = *prev.DeepCopy()
-	setApplied(&st, 2, outcome{applied: true, inventory: inv, release: Release{Version: "1.1.0"},
+	setApplied(&st, 2, outcome{applied: true, inventory: inv, release: render.Release{Version: "1.1.0"},
 		gate: gate{lastHealthy: "1.0.0", upgrade: &webappv1.UpgradeStatus{From: "1.0.0", To: "1.1.0"}}})
 	if st.AppliedGeneration != 2 || st.Version != "1.1.0" || st.Channel != "" || st.Upgrade == nil || len(st.Inventory) != 2 {
 		t.Errorf("applied: %+v", st)
@@ -193,8 +195,8 @@ func TestSetLastHandledReconcileAt(t *testing.T) {
 		want string
 	}{
 		{"handled", outcome{requestedAt: "t1"}, "t1"},
-		{"ended in a terminal failure: handled", outcome{requestedAt: "t1", failure: &StepError{Terminal: true}}, "t1"},
-		{"transient failure: retried, not yet handled", outcome{requestedAt: "t1", failure: &StepError{}}, "t0"},
+		{"ended in a terminal failure: handled", outcome{requestedAt: "t1", failure: &step.Error{Terminal: true}}, "t1"},
+		{"transient failure: retried, not yet handled", outcome{requestedAt: "t1", failure: &step.Error{}}, "t0"},
 		{"announcing: not yet handled", outcome{requestedAt: "t1", announcing: true}, "t0"},
 		{"no request", outcome{}, "t0"},
 	} {
@@ -214,16 +216,16 @@ func TestSetLastHandledReconcileAt(t *testing.T) {
 func TestAnnounceThenAvailable(t *testing.T) {
 	swa := &webappv1.SimpleWebApp{Status: webappv1.SimpleWebAppStatus{Version: "1.0.0", LastHealthyVersion: "1.0.0"}}
 	swa.Generation = 1
-	swa.Status = computeStatus(swa, outcome{applied: true, release: Release{Version: "1.0.0"}, workload: deployment(1, 1, 1, 1, 1), gate: gate{lastHealthy: "1.0.0"}})
+	swa.Status = computeStatus(swa, outcome{applied: true, release: render.Release{Version: "1.0.0"}, workload: deployment(1, 1, 1, 1, 1), gate: gate{lastHealthy: "1.0.0"}})
 	if !isReady(swa) {
 		t.Fatalf("not ready: %+v", swa.Status.Conditions)
 	}
-	swa.Status = computeStatus(swa, outcome{announcing: true, release: Release{Version: "1.1.0"}, workload: deployment(1, 1, 1, 1, 1)})
+	swa.Status = computeStatus(swa, outcome{announcing: true, release: render.Release{Version: "1.1.0"}, workload: deployment(1, 1, 1, 1, 1)})
 	c := meta.FindStatusCondition(swa.Status.Conditions, webappv1.ConditionReady)
 	if isReady(swa) || c.Message != "applying version 1.1.0 (was 1.0.0)" || swa.Status.Version != "1.0.0" {
 		t.Fatalf("announce: %+v version %s", c, swa.Status.Version)
 	}
-	again := computeStatus(swa, outcome{announcing: true, release: Release{Version: "1.1.0"}, workload: deployment(1, 1, 1, 1, 1)})
+	again := computeStatus(swa, outcome{announcing: true, release: render.Release{Version: "1.1.0"}, workload: deployment(1, 1, 1, 1, 1)})
 	if !meta.FindStatusCondition(again.Conditions, webappv1.ConditionReady).LastTransitionTime.Equal(&c.LastTransitionTime) {
 		t.Error("an unchanged condition moved its transition time")
 	}
@@ -239,14 +241,14 @@ func TestPredictApplied(t *testing.T) {
 		"apiVersion": "apps/v1", "kind": "Deployment",
 		"metadata": map[string]any{"name": "x-web", "namespace": "demo"},
 		"spec": map[string]any{"replicas": int64(3),
-			"selector": map[string]any{"matchLabels": map[string]any{LabelInstance: "x"}},
-			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{LabelInstance: "x"}}}},
+			"selector": map[string]any{"matchLabels": map[string]any{render.LabelInstance: "x"}},
+			"template": map[string]any{"metadata": map[string]any{"labels": map[string]any{render.LabelInstance: "x"}}}},
 	}}
 	cm := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "x-web-content", "namespace": "demo"}}}
-	rendered := &Rendered{Objects: []*unstructured.Unstructured{cm, d}}
-	inv := inventory(rendered.Objects)
-	rel := Release{Channel: "stable", Version: "1.0.0"}
+	rendered := &render.Rendered{Objects: []*unstructured.Unstructured{cm, d}}
+	inv := inventoryOf(rendered.Objects)
+	rel := render.Release{Channel: "stable", Version: "1.0.0"}
 
 	predicted := predictApplied(swa, rendered, inv, outcome{release: rel})
 	if predicted == nil {
@@ -274,7 +276,7 @@ func TestPredictApplied(t *testing.T) {
 
 	// The apply failed: nothing claims it was applied, the inventory stays.
 	failed := computeStatus(swa, outcome{release: rel, inventory: inv, unconfirmed: prior,
-		failure: &StepError{Reason: webappv1.ReasonApplyFailed, Message: "forbidden"}})
+		failure: &step.Error{Reason: webappv1.ReasonApplyFailed, Message: "forbidden"}})
 	if failed.AppliedGeneration != 0 || failed.Version != "" || failed.PodsReady != "" || len(failed.Inventory) != 2 {
 		t.Errorf("after a failed apply: %+v", failed)
 	}
@@ -294,49 +296,4 @@ func cmpStatus(a, b webappv1.SimpleWebAppStatus) string {
 		return ""
 	}
 	return fmt.Sprintf("\n predicted %+v\n after     %+v", a, b)
-}
-
-// Only a roll-out's progress (pod counts, messages) may wait for the status
-// batch; any change of a condition's status, reason or generation, of the
-// version or the inventory is written at once. The statuses come from
-// computeStatus over a new app's roll-out, as the reconciler sees it.
-func TestProgressOnly(t *testing.T) {
-	swa := &webappv1.SimpleWebApp{}
-	swa.Generation = 1
-	at := func(d *appsv1.Deployment) webappv1.SimpleWebAppStatus {
-		return computeStatus(swa, outcome{applied: true, release: Release{Version: "1.0.0"}, workload: d})
-	}
-	created := at(deployment(1, 0, 2, 0, 0)) // as predicted before the create
-	observed := at(deployment(1, 1, 2, 2, 0))
-	oneUp := at(deployment(1, 1, 2, 2, 1))
-	available := at(deployment(1, 1, 2, 2, 2))
-	swa.Generation = 2
-	newGeneration := at(deployment(2, 1, 2, 2, 2))
-	moved := *available.DeepCopy()
-	moved.Version = "1.1.0"
-	pruned := *available.DeepCopy()
-	pruned.Inventory = append(pruned.Inventory, webappv1.ObjectReference{Kind: "ConfigMap", Name: "old"})
-	fewer := *available.DeepCopy()
-	fewer.Conditions = fewer.Conditions[:1]
-
-	for _, tc := range []struct {
-		name      string
-		cur, next webappv1.SimpleWebAppStatus
-		want      bool
-	}{
-		{"nothing changed: nothing to write", available, available, false},
-		{"the Deployment controller observed it: counts and message", created, observed, true},
-		{"a pod became available, still progressing", observed, oneUp, true},
-		{"Ready turns True", oneUp, available, false},
-		{"a new generation", available, newGeneration, false},
-		{"another version", available, moved, false},
-		{"another inventory", available, pruned, false},
-		{"a condition fewer", available, fewer, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := progressOnly(tc.cur, tc.next); got != tc.want {
-				t.Errorf("progressOnly = %v, want %v\ncur:  %+v\nnext: %+v", got, tc.want, tc.cur, tc.next)
-			}
-		})
-	}
 }

@@ -6,7 +6,7 @@
 #   hack/build.sh --ldflags       print the linker flags only
 #
 # VERSION (default: the VERSION file) is stamped into
-# controllers.OperatorVersion (what min-operator-version is compared with,
+# internal/version.Operator (what min-operator-version is compared with,
 # --version, the startup log line and simplewebapp_build_info); REVISION
 # (default: git rev-parse, "-dirty" with uncommitted changes; the Dockerfile
 # has no .git and gets it as a build argument) into main.revision.
@@ -22,7 +22,7 @@ if [[ -z "${REVISION:-}" ]]; then
 		REVISION+=-dirty
 	fi
 fi
-ldflags="-s -w -X example.com/simplewebapp-operator/controllers.OperatorVersion=$version -X main.revision=$REVISION"
+ldflags="-s -w -X example.com/simplewebapp-operator/internal/version.Operator=$version -X main.revision=$REVISION"
 if [[ "${1:-}" == --ldflags ]]; then
 	echo "$ldflags"
 	exit 0

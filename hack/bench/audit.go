@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // auditPolicy logs, at Metadata level, only the requests of the users the
@@ -148,7 +148,7 @@ func (a *auditLog) since(mark int, user string) []auditEvent {
 func (a *auditLog) waitQuiet(user string, quiet, timeout time.Duration) bool {
 	last := time.Now()
 	m := a.mark()
-	_, _, err := kit.Poll(context.Background(), 250*time.Millisecond, timeout, func(context.Context) (bool, string, error) {
+	_, _, err := testkit.Poll(context.Background(), 250*time.Millisecond, timeout, func(context.Context) (bool, string, error) {
 		if ev := a.since(m, user); len(ev) > 0 {
 			m += countAll(a, m) // everything up to now is seen
 			last = time.Now()

@@ -19,8 +19,9 @@ import (
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/channels"
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/apply"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // The channel the apps follow, as a --channels-dir file: first at from, then
@@ -32,7 +33,7 @@ const channelName = "rapid"
 var fromVersion, toVersion = moveVersions()
 
 func moveVersions() (string, string) {
-	vs := kit.Versions(kit.Main)
+	vs := testkit.Versions(testkit.Main)
 	if len(vs) < 2 {
 		return vs[0], vs[0]
 	}
@@ -42,7 +43,7 @@ func moveVersions() (string, string) {
 // writeChannel writes the channel file channelName into dir, atomically (the
 // operator never reads half a file).
 func writeChannel(dir string, versions ...string) error {
-	return kit.DirTree(dir).Write(map[string]string{channelName: kit.ChannelYAML(versions...)})
+	return testkit.DirTree(dir).Write(map[string]string{channelName: testkit.ChannelYAML(versions...)})
 }
 
 func newApp(i int, o opts) *webappv1.SimpleWebApp {
@@ -83,39 +84,21 @@ func runBare(ctx context.Context, dir, root string, o opts) (*bareResult, error)
 	if err := writeChannel(cdir, fromVersion); err != nil {
 		return nil, err
 	}
-	chans := controllers.Channels{FS: channels.FS, Dir: os.DirFS(cdir)}
+	chans := render.Channels{FS: channels.FS, Dir: os.DirFS(cdir)}
 
-	// The spec as the API server defaults it, for the render.
-	probe := newApp(0, o)
-	if err := e.C.Create(ctx, probe, client.DryRunAll); err != nil {
-		return nil, fmt.Errorf("dry-run create: %w", err)
+	spec, err := defaultedSpec(ctx, e.C, o)
+	if err != nil {
+		return nil, err
 	}
 	t0 := time.Now()
-	rendered := make([]*controllers.Rendered, o.n)
-	apps := make([]*webappv1.SimpleWebApp, o.n)
-	for i := range o.n {
-		apps[i] = newApp(i, o)
-		apps[i].Spec = *probe.Spec.DeepCopy()
-		rel, err := chans.Resolve(ctx, apps[i].Spec)
-		if err != nil {
-			return nil, err
-		}
-		if rendered[i], err = controllers.Render(rel, apps[i]); err != nil {
-			return nil, err
-		}
+	apps, rendered, err := renderApps(ctx, chans, spec, o)
+	if err != nil {
+		return nil, err
 	}
 	res := &bareResult{RenderSeconds: time.Since(t0).Seconds(), Objects: o.n * len(rendered[0].Objects)}
 	logf("  rendered %d apps in %.1fs (before the clock)", o.n, res.RenderSeconds)
 
-	cfg, err := restConfig(e.bareID.Kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: e.scheme})
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
+	c, dyn, err := bareClients(e)
 	if err != nil {
 		return nil, err
 	}
@@ -131,38 +114,8 @@ func runBare(ctx context.Context, dir, root string, o opts) (*bareResult, error)
 	cp0 := controlPlaneCPU(e.Cluster)
 	t0 = time.Now()
 	quartiles := newQuartiles(o.n, t0)
-	var done atomic.Int64
-	next := make(chan int)
-	errs := make(chan error, o.workers)
-	var wg sync.WaitGroup
-	for range o.workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := bareApply(ctx, c, dyn, apps[i], rendered[i]); err != nil {
-					errs <- err
-					return
-				}
-				quartiles.observe(int(done.Add(1)))
-			}
-		}()
-	}
-	for i := range o.n {
-		select {
-		case next <- i:
-		case err := <-errs:
-			close(next)
-			wg.Wait()
-			return nil, err
-		}
-	}
-	close(next)
-	wg.Wait()
-	select {
-	case err := <-errs:
+	if err := applyApps(ctx, c, dyn, apps, rendered, o.workers, quartiles); err != nil {
 		return nil, err
-	default:
 	}
 	res.AppliedSeconds = time.Since(t0).Seconds()
 	res.AppliedQuartiles = quartiles.seconds()
@@ -180,13 +133,99 @@ func runBare(ctx context.Context, dir, root string, o opts) (*bareResult, error)
 	return res, nil
 }
 
+// defaultedSpec is an app's spec as the API server defaults it (a dry-run
+// create), for the render: the operator renders what it reads back.
+func defaultedSpec(ctx context.Context, c client.Client, o opts) (webappv1.SimpleWebAppSpec, error) {
+	probe := newApp(0, o)
+	if err := c.Create(ctx, probe, client.DryRunAll); err != nil {
+		return webappv1.SimpleWebAppSpec{}, fmt.Errorf("dry-run create: %w", err)
+	}
+	return probe.Spec, nil
+}
+
+// renderApps makes the N apps with spec and renders each with the
+// operator's render of its channel's release.
+func renderApps(ctx context.Context, chans render.Channels, spec webappv1.SimpleWebAppSpec, o opts) ([]*webappv1.SimpleWebApp, []*render.Rendered, error) {
+	rendered := make([]*render.Rendered, o.n)
+	apps := make([]*webappv1.SimpleWebApp, o.n)
+	for i := range o.n {
+		apps[i] = newApp(i, o)
+		apps[i].Spec = *spec.DeepCopy()
+		rel, err := chans.Resolve(ctx, apps[i].Spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		if rendered[i], err = render.Render(rel, apps[i]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return apps, rendered, nil
+}
+
+// bareClients are the bare client's identity's: a typed client for the
+// creates and the REST mapping, a dynamic one for the applies.
+func bareClients(e *env) (client.Client, dynamic.Interface, error) {
+	cfg, err := restConfig(e.bareID.Kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: e.scheme})
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, dyn, nil
+}
+
+// applyApps runs bareApply for every app, workers in flight, and stops at
+// the first error; quartiles observes the apps done.
+func applyApps(ctx context.Context, c client.Client, dyn dynamic.Interface, apps []*webappv1.SimpleWebApp, rendered []*render.Rendered, workers int, quartiles *quartiles) error {
+	var done atomic.Int64
+	next := make(chan int)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := bareApply(ctx, c, dyn, apps[i], rendered[i]); err != nil {
+					errs <- err
+					return
+				}
+				quartiles.observe(int(done.Add(1)))
+			}
+		}()
+	}
+	for i := range apps {
+		select {
+		case next <- i:
+		case err := <-errs:
+			close(next)
+			wg.Wait()
+			return err
+		}
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+	}
+	return nil
+}
+
 // bareApply creates swa and applies its render.
-func bareApply(ctx context.Context, c client.Client, dyn dynamic.Interface, swa *webappv1.SimpleWebApp, r *controllers.Rendered) error {
+func bareApply(ctx context.Context, c client.Client, dyn dynamic.Interface, swa *webappv1.SimpleWebApp, r *render.Rendered) error {
 	swa = swa.DeepCopy()
 	if err := c.Create(ctx, swa); err != nil {
 		return err
 	}
-	for _, obj := range controllers.DesiredObjects(swa, r) {
+	for _, obj := range apply.DesiredObjects(swa, r) {
 		gvk := obj.GroupVersionKind()
 		m, err := c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
@@ -197,7 +236,7 @@ func bareApply(ctx context.Context, c client.Client, dyn dynamic.Interface, swa 
 			return err
 		}
 		if _, err := dyn.Resource(m.Resource).Namespace(obj.GetNamespace()).Patch(ctx, obj.GetName(), types.ApplyPatchType, raw,
-			metav1.PatchOptions{FieldManager: controllers.ManagerName, Force: ptr.To(true)}); err != nil {
+			metav1.PatchOptions{FieldManager: render.ManagerName, Force: ptr.To(true)}); err != nil {
 			return fmt.Errorf("apply %s %s: %w", gvk.Kind, obj.GetName(), err)
 		}
 	}

@@ -1,5 +1,5 @@
 // Command bench measures the operator against a bare server-side-apply
-// client on fresh local clusters (tests/cluster, full profile), and
+// client on fresh local clusters (internal/localcluster, full profile), and
 // optionally against a baseline build of another git revision:
 //
 //	make bench N=200 NAMESPACES=1 BASELINE=633ec5e BENCH_ARGS='-pprof'
@@ -13,13 +13,15 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"example.com/simplewebapp-operator/controllers"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -51,7 +53,7 @@ func main() {
 	flag.IntVar(&o.namespaces, "namespaces", 1, "namespaces the SimpleWebApps are spread over")
 	flag.IntVar(&o.nodes, "nodes", 3, "kwok nodes")
 	flag.IntVar(&o.podsPerNode, "pods-per-node", 0, "pod capacity of each node (default: room for every app twice, surge pods of a channel move included)")
-	flag.IntVar(&o.workers, "workers", controllers.DefaultMaxConcurrentReconciles, "apps in flight of the bare client (the same concurrency as the operator's default workers), and creates in flight of the SimpleWebApps")
+	flag.IntVar(&o.workers, "workers", 0, "apps in flight of the bare client, and creates in flight of the SimpleWebApps (default: the operator's default --max-concurrent-reconciles, read from the built binary, so both have the same concurrency)")
 	flag.StringVar(&o.baseline, "baseline", "", "git revision of a baseline operator to measure too (e.g. 633ec5e, before the optimizations)")
 	flag.Float64Var(&kcmQPS, "kcm-qps", 500, "kube-controller-manager --kube-api-qps (its default 20 would bound time to Ready)")
 	flag.IntVar(&o.kcmBurst, "kcm-burst", 1000, "kube-controller-manager --kube-api-burst")
@@ -65,8 +67,8 @@ func main() {
 	flag.BoolVar(&o.pprof, "pprof", false, "save a CPU profile of the operator's first 20 s of convergence and a heap profile after the restart (needs --pprof-bind-address, so not for a baseline)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the clusters' directories (logs, audit logs)")
 	flag.StringVar(&o.operatorArgs, "operator-args", "", "more flags for the operator (space-separated)")
-	flag.StringVar(&o.gomemlimit, "gomemlimit", "", "GOMEMLIMIT of the operator (not the baseline), e.g. 90MiB (default: as config/manager/manager.yaml sets it)")
-	flag.StringVar(&o.gogc, "gogc", "", "GOGC of the operator (not the baseline) (default: as config/manager/manager.yaml sets it)")
+	flag.StringVar(&o.gomemlimit, "gomemlimit", "", "GOMEMLIMIT of the operator, e.g. 90MiB (default: as config/manager/manager.yaml sets it; a baseline runs with its own revision's)")
+	flag.StringVar(&o.gogc, "gogc", "", "GOGC of the operator (default: as config/manager/manager.yaml sets it; a baseline runs with its own revision's)")
 	flag.Parse()
 	o.kcmQPS, o.schedQPS = float32(kcmQPS), float32(schedQPS)
 	ctrllog.SetLogger(logr.Discard()) // the bench's own clients: nothing to say
@@ -118,7 +120,36 @@ func run(ctx context.Context, o opts) error {
 	} else {
 		logf("state in %s", work)
 	}
-	res := &result{
+	bin := filepath.Join(work, "simplewebapp-operator")
+	logf("building the operator")
+	if err := build(root, bin); err != nil {
+		return err
+	}
+	if o.workers == 0 {
+		if o.workers, err = defaultWorkers(bin); err != nil {
+			return err
+		}
+	}
+	res := newResult(root, o)
+	logf("bench N=%d namespaces=%d baseline=%q; load average %s", o.n, o.namespaces, o.baseline, res.LoadBefore)
+	var baseBin, baseRoot string
+	if o.baseline != "" {
+		res.BaselineRev = gitRev(root, o.baseline)
+		if baseBin, baseRoot, err = buildBaseline(work, o.baseline, res.BaselineRev); err != nil {
+			return err
+		}
+	}
+	if err := measure(ctx, work, root, bin, baseRoot, baseBin, o, res); err != nil {
+		return err
+	}
+	res.LoadAfter = loadavg()
+	return writeResult(res, o)
+}
+
+// newResult is a run's result before any measurement: where, when, and with
+// which settings.
+func newResult(root string, o opts) *result {
+	return &result{
 		Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(), LoadBefore: loadavg(),
 		Commit: gitRev(root, "HEAD"), N: o.n, Namespaces: o.namespaces,
 		Settings: map[string]string{
@@ -132,27 +163,28 @@ func run(ctx context.Context, o opts) error {
 			"operator GOGC / GOMEMLIMIT":                   o.gogc + " / " + o.gomemlimit,
 		},
 	}
-	logf("bench N=%d namespaces=%d baseline=%q; load average %s", o.n, o.namespaces, o.baseline, res.LoadBefore)
+}
 
-	bin := filepath.Join(work, "simplewebapp-operator")
-	logf("building the operator")
+// buildBaseline checks the revision rev out into work and builds its
+// operator; it returns the binary and the checkout. short is rev's short
+// commit, for the log.
+func buildBaseline(work, rev, short string) (bin, root string, err error) {
+	root = filepath.Join(work, "baseline-src")
+	logf("building the baseline %s", short)
+	if err := checkout(rev, root); err != nil {
+		return "", "", err
+	}
+	bin = filepath.Join(work, "baseline-operator")
 	if err := build(root, bin); err != nil {
-		return err
+		return "", "", err
 	}
-	var baseBin, baseRoot string
-	if o.baseline != "" {
-		res.BaselineRev = gitRev(root, o.baseline)
-		baseRoot = filepath.Join(work, "baseline-src")
-		logf("building the baseline %s", res.BaselineRev)
-		if err := checkout(o.baseline, baseRoot); err != nil {
-			return err
-		}
-		baseBin = filepath.Join(work, "baseline-operator")
-		if err := build(baseRoot, baseBin); err != nil {
-			return err
-		}
-	}
+	return bin, root, nil
+}
 
+// measure runs each side on its own cluster, one after the other: the bare
+// client, the operator, the baseline (baseBin, built from baseRoot).
+func measure(ctx context.Context, work, root, bin, baseRoot, baseBin string, o opts, res *result) error {
+	var err error
 	if !o.skipBare {
 		logf("== bare server-side-apply client")
 		if res.Bare, err = runBare(ctx, filepath.Join(work, "bare"), root, o); err != nil {
@@ -169,8 +201,11 @@ func run(ctx context.Context, o opts) error {
 			return fmt.Errorf("baseline: %w", err)
 		}
 	}
-	res.LoadAfter = loadavg()
+	return nil
+}
 
+// writeResult writes res as JSON into o.out and prints its table.
+func writeResult(res *result, o opts) error {
 	name := fmt.Sprintf("bench-n%d-ns%d-%s.json", o.n, o.namespaces, time.Now().UTC().Format("20060102T150405"))
 	b, _ := json.MarshalIndent(res, "", "  ")
 	if err := os.WriteFile(filepath.Join(o.out, name), b, 0o644); err != nil {
@@ -179,6 +214,17 @@ func run(ctx context.Context, o opts) error {
 	fmt.Print(table(res))
 	logf("wrote %s", filepath.Join(o.out, name))
 	return nil
+}
+
+// defaultWorkers is the operator's default --max-concurrent-reconciles, as
+// its usage states it.
+func defaultWorkers(bin string) (int, error) {
+	out, _ := exec.Command(bin, "-h").CombinedOutput() // usage on stderr, exit 0
+	m := regexp.MustCompile(`-max-concurrent-reconciles int\n[^\n]*\(default (\d+)\)`).FindSubmatch(out)
+	if m == nil {
+		return 0, fmt.Errorf("no default of --max-concurrent-reconciles in %s -h:\n%s", bin, out)
+	}
+	return strconv.Atoi(string(m[1]))
 }
 
 func gitRev(root, rev string) string {

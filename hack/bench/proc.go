@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/rest"
 
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/operatortest"
 )
 
 // build builds the operator of the checkout root into out.
@@ -52,7 +52,7 @@ type operator struct {
 }
 
 func startOperator(ctx context.Context, e *env, bin, name string, pprof bool, args []string) (*operator, error) {
-	ports, err := cluster.FreePorts(2)
+	ports, err := localcluster.FreePorts(2)
 	if err != nil {
 		return nil, err
 	}
@@ -90,9 +90,9 @@ type procStats struct {
 
 // controlPlaneCPU is the CPU seconds each control-plane process has used so
 // far: where the time goes when the operator is not the bottleneck.
-func controlPlaneCPU(c *cluster.Cluster) map[string]float64 {
+func controlPlaneCPU(c *localcluster.Cluster) map[string]float64 {
 	out := map[string]float64{}
-	for _, name := range []string{cluster.APIServer, cluster.Etcd, cluster.ControllerManager, cluster.Scheduler, cluster.Kwok} {
+	for _, name := range []string{localcluster.APIServer, localcluster.Etcd, localcluster.ControllerManager, localcluster.Scheduler, localcluster.Kwok} {
 		if pid := c.PIDs[name]; pid > 0 {
 			out[name] = statsOf(pid).CPUSeconds
 		}
@@ -102,7 +102,7 @@ func controlPlaneCPU(c *cluster.Cluster) map[string]float64 {
 
 // cpuSince is the CPU seconds used since before (a controlPlaneCPU), by
 // process.
-func cpuSince(c *cluster.Cluster, before map[string]float64) map[string]float64 {
+func cpuSince(c *localcluster.Cluster, before map[string]float64) map[string]float64 {
 	out := map[string]float64{}
 	for name, s := range controlPlaneCPU(c) {
 		out[name] = s - before[name]
@@ -112,7 +112,7 @@ func cpuSince(c *cluster.Cluster, before map[string]float64) map[string]float64 
 
 func statsOf(pid int) procStats {
 	var s procStats
-	s.CPUSeconds, _ = cluster.CPUSeconds(pid)
+	s.CPUSeconds, _ = localcluster.CPUSeconds(pid)
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		for _, l := range strings.Split(string(b), "\n") {
 			f := strings.Fields(l)
@@ -216,7 +216,7 @@ func (op *operator) cpuProfile(path string, d time.Duration) error {
 
 // apiServerCPUProfile saves a CPU profile of the kube-apiserver over the
 // next d (its /debug/pprof, as the cluster's admin).
-func apiServerCPUProfile(c *cluster.Cluster, path string, d time.Duration) error {
+func apiServerCPUProfile(c *localcluster.Cluster, path string, d time.Duration) error {
 	cfg := c.RESTConfig()
 	cfg.Timeout = d + 30*time.Second
 	hc, err := rest.HTTPClientFor(cfg)

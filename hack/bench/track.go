@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // tracker follows SimpleWebApps and Deployments through one watch each
@@ -176,7 +176,7 @@ func (t *tracker) maxUpgrades() int {
 func waitUntil(timeout time.Duration, cond func() bool, progress func() string) (time.Duration, bool) {
 	t0 := time.Now()
 	lastLog := t0
-	took, _, err := kit.Poll(context.Background(), 50*time.Millisecond, timeout, func(context.Context) (bool, string, error) {
+	took, _, err := testkit.Poll(context.Background(), 50*time.Millisecond, timeout, func(context.Context) (bool, string, error) {
 		if cond() {
 			return true, "", nil
 		}

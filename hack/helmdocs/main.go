@@ -68,22 +68,39 @@ func run(dir string, check bool) error {
 
 var keyLine = regexp.MustCompile(`^(\s*)([A-Za-z0-9_]+):(.*)$`)
 
+// entry is a documented value: its dotted path and its `# --` comment.
+type entry struct{ path, doc string }
+
 // Table is the Markdown values table of values.yaml.
 func Table(values []byte) (string, error) {
 	var parsed map[string]any
 	if err := yaml.Unmarshal(values, &parsed); err != nil {
 		return "", err
 	}
-	type entry struct{ path, doc string }
-	var entries []entry
+	entries := documentedValues(string(values))
 	documented := map[string]bool{}
-	var stack []struct {
-		indent int
-		key    string
+	for _, e := range entries {
+		documented[e.path] = true
 	}
+	if undocumented := undocumentedValues(parsed, documented); len(undocumented) > 0 {
+		return "", fmt.Errorf("values without a `# --` comment on themselves or a parent: %v", undocumented)
+	}
+	return markdownTable(parsed, entries)
+}
+
+// documentedValues are the values with a `# --` comment right above their
+// key, in the order of values.yaml. It reads the text, not the parsed YAML,
+// which has no comments; a key's path comes from the indents above it.
+func documentedValues(values string) []entry {
+	type key struct {
+		indent int
+		name   string
+	}
+	var entries []entry
+	var stack []key
 	var doc []string
 	inDoc := false
-	for _, line := range strings.Split(string(values), "\n") {
+	for _, line := range strings.Split(values, "\n") {
 		trimmed := strings.TrimSpace(line)
 		if strings.HasPrefix(trimmed, "# --") {
 			doc, inDoc = []string{strings.TrimSpace(strings.TrimPrefix(trimmed, "# --"))}, true
@@ -105,22 +122,23 @@ func Table(values []byte) (string, error) {
 		for len(stack) > 0 && stack[len(stack)-1].indent >= indent {
 			stack = stack[:len(stack)-1]
 		}
-		stack = append(stack, struct {
-			indent int
-			key    string
-		}{indent, m[2]})
+		stack = append(stack, key{indent, m[2]})
 		var keys []string
 		for _, s := range stack {
-			keys = append(keys, s.key)
+			keys = append(keys, s.name)
 		}
 		path := strings.Join(keys, ".")
 		if inDoc {
 			entries = append(entries, entry{path, strings.Join(doc, " ")})
-			documented[path] = true
 		}
 		inDoc, doc = false, nil
 	}
-	// Every leaf is documented on itself or on a parent.
+	return entries
+}
+
+// undocumentedValues are the leaves of parsed documented neither on
+// themselves nor on a parent.
+func undocumentedValues(parsed map[string]any, documented map[string]bool) []string {
 	var undocumented []string
 	var walk func(prefix string, v any, covered bool)
 	walk = func(prefix string, v any, covered bool) {
@@ -140,10 +158,12 @@ func Table(values []byte) (string, error) {
 		}
 	}
 	walk("", parsed, false)
-	if len(undocumented) > 0 {
-		return "", fmt.Errorf("values without a `# --` comment on themselves or a parent: %v", undocumented)
-	}
+	return undocumented
+}
 
+// markdownTable is the table of entries: each value's type and default from
+// parsed, its description from the comment.
+func markdownTable(parsed map[string]any, entries []entry) (string, error) {
 	var b strings.Builder
 	b.WriteString("| value | type | default | description |\n|---|---|---|---|\n")
 	for _, e := range entries {

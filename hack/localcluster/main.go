@@ -1,4 +1,4 @@
-// Command localcluster runs the local control plane of tests/cluster outside
+// Command localcluster runs the local control plane of internal/localcluster outside
 // of tests, for manual work with kubectl:
 //
 //	localcluster up [--profile full|api] [--nodes 3]  start it detached, print the kubeconfig path
@@ -30,7 +30,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/internal/localcluster"
 )
 
 func main() {
@@ -81,11 +81,11 @@ func stateDir() (string, error) {
 }
 
 // alive returns the recorded components that are still running.
-func alive(dir string) []cluster.NamedPID {
-	pids, _ := cluster.ReadPIDs(dir)
-	var out []cluster.NamedPID
+func alive(dir string) []localcluster.NamedPID {
+	pids, _ := localcluster.ReadPIDs(dir)
+	var out []localcluster.NamedPID
 	for _, p := range pids {
-		if cluster.Alive(p.Name, p.PID) {
+		if localcluster.Alive(p.Name, p.PID) {
 			out = append(out, p)
 		}
 	}
@@ -94,9 +94,9 @@ func alive(dir string) []cluster.NamedPID {
 
 func up(args []string) error {
 	fl := flag.NewFlagSet("up", flag.ExitOnError)
-	profile := fl.String("profile", cluster.ProfileFull, "full (controllers, scheduler, kwok nodes) or api (etcd + apiserver)")
+	profile := fl.String("profile", localcluster.ProfileFull, "full (controllers, scheduler, kwok nodes) or api (etcd + apiserver)")
 	nodes := fl.Int("nodes", 3, "number of kwok nodes (profile full)")
-	metrics := fl.Bool("metrics", false, "run metrics-server (profile full): HorizontalPodAutoscalers scale on the CPU use set by the pod annotation "+cluster.UsageCPUAnnotation)
+	metrics := fl.Bool("metrics", false, "run metrics-server (profile full): HorizontalPodAutoscalers scale on the CPU use set by the pod annotation "+localcluster.UsageCPUAnnotation)
 	audit := fl.Bool("audit-log", false, "the API server writes every write request (Metadata level) to audit.log in the state directory")
 	_ = fl.Parse(args)
 
@@ -127,7 +127,7 @@ func up(args []string) error {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Options{
+	c, err := localcluster.Start(ctx, localcluster.Options{
 		Profile: *profile, Nodes: *nodes, Metrics: *metrics, Dir: dir, Detach: true, LogWriter: os.Stderr, AuditLog: *audit,
 	})
 	if err != nil {
@@ -166,7 +166,7 @@ func down() error {
 		return nil
 	}
 	t0 := time.Now()
-	if err := cluster.StopFromDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := localcluster.StopFromDir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
 	if running := alive(dir); len(running) > 0 {
@@ -200,7 +200,7 @@ func status() error {
 	if err != nil {
 		return err
 	}
-	running := []cluster.NamedPID(nil)
+	running := []localcluster.NamedPID(nil)
 	if dir != "" {
 		running = alive(dir)
 	}

@@ -5,10 +5,10 @@
 //
 // Why not that filter: it builds on k8s.io/apiserver's delegating
 // authenticator and authorizer, which link the API server's authentication
-// stack (webhooks, gRPC, OpenTelemetry) into the operator for two API calls:
-// 16 MB of the 58 MB binary and 7 MiB of resident memory before the first
-// SimpleWebApp (docs/benchmarks.md, seventh session). This is the same
-// check with client-go's typed clients.
+// stack (webhooks, gRPC, OpenTelemetry) into the operator for two API calls,
+// a large part of its binary and of its memory before the first SimpleWebApp
+// (docs/benchmarks.md). This is the same check with client-go's typed
+// clients.
 package metricsauth
 
 import (

@@ -20,9 +20,9 @@ import (
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/channels"
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/plugin/envop"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/testkit"
+	"example.com/simplewebapp-operator/internal/testkit/envop"
 )
 
 const timeout = 30 * time.Second
@@ -31,15 +31,15 @@ const timeout = 30 * time.Second
 // SimpleWebApp into each state of `captured`, and writes each as the API
 // server returns it (without managedFields) to testdata/<name>.yaml.
 func capture(t *testing.T) {
-	env, err := envop.Start(controllers.Channels{FS: channels.FS})
+	env, err := envop.Start(render.Channels{FS: channels.FS})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer env.Stop()
 	c := env.Client
 	ctx := t.Context()
-	ns := kit.Namespace(t, c, kit.NS{Prefix: "argocd-", Keep: true})
-	stable, rapid := kit.ChannelVersion(t, "stable"), kit.ChannelVersion(t, "rapid")
+	ns := testkit.Namespace(t, c, testkit.NS{Prefix: "argocd-", Keep: true})
+	stable, rapid := testkit.ChannelVersion(t, "stable"), testkit.ChannelVersion(t, "rapid")
 
 	newApp := func(name string, change func(*webappv1.SimpleWebApp)) {
 		swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
@@ -52,7 +52,7 @@ func capture(t *testing.T) {
 		}
 	}
 	waitCond := func(name, typ string, status metav1.ConditionStatus, reason string) {
-		kit.WaitFor(t, timeout, fmt.Sprintf("%s: %s=%s %s", name, typ, status, reason), func(ctx context.Context) (bool, string) {
+		testkit.WaitFor(t, timeout, fmt.Sprintf("%s: %s=%s %s", name, typ, status, reason), func(ctx context.Context) (bool, string) {
 			swa := &webappv1.SimpleWebApp{}
 			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swa); err != nil {
 				return false, err.Error()
@@ -63,7 +63,7 @@ func capture(t *testing.T) {
 		})
 	}
 	deployment := func(name string) {
-		kit.WaitFor(t, timeout, "Deployment of "+name, func(ctx context.Context) (bool, string) {
+		testkit.WaitFor(t, timeout, "Deployment of "+name, func(ctx context.Context) (bool, string) {
 			err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-web"}, &appsv1.Deployment{})
 			return err == nil, fmt.Sprint(err)
 		})

@@ -241,7 +241,7 @@ func TestCapturedObjects(t *testing.T) {
 }
 
 // status builds a SimpleWebApp's status as the operator writes it for a
-// phase (controllers/status.go): the three conditions carry the reason.
+// phase (controllers/status.go, phaseOf): the three conditions carry the reason.
 func status(gen, observed int64, reason, ready, reconciling, stalled string) map[string]any {
 	cond := func(typ, st string) map[string]any {
 		return map[string]any{"type": typ, "status": st, "reason": reason, "message": "a message for " + reason,

@@ -24,9 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // The app's autoscaling and the load. The package's pods request 10m CPU, so
@@ -54,7 +54,7 @@ const (
 // an HPA decision, also not when it rolls a new message out at full scale,
 // and the SimpleWebApp's status and `kubectl get swa` follow the pod count.
 func TestScalesWithLoad(t *testing.T) {
-	ns := kit.Namespace(t, env.C, kit.NS{Prefix: "autoscaling-", WaitForServiceAccount: true})
+	ns := testkit.Namespace(t, env.C, testkit.NS{Prefix: "autoscaling-", WaitForServiceAccount: true})
 	const name = "shop"
 	depName := name + "-web"
 	opts := waitOpts(ns)
@@ -80,7 +80,7 @@ func TestScalesWithLoad(t *testing.T) {
 
 	// The whole chain works: kwok reports the pods' CPU use, metrics-server
 	// serves it and the HPA reads it as utilization of the CPU request.
-	kit.WaitFor(t, timeout, fmt.Sprintf("the HPA to read %d%% CPU (+%d rounding) of %d pods", idlePercent, roundingPercent, minReplicas), func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, fmt.Sprintf("the HPA to read %d%% CPU (+%d rounding) of %d pods", idlePercent, roundingPercent, minReplicas), func(ctx context.Context) (bool, string) {
 		load.apply(t, ctx, depName)
 		h, seen := hpa(ctx, ns, depName)
 		if h == nil {
@@ -97,7 +97,7 @@ func TestScalesWithLoad(t *testing.T) {
 	// Load: the HPA scales out to maxReplicas.
 	load.set(t, t.Context(), depName, loadCPU)
 	loaded := time.Now()
-	kit.WaitFor(t, timeout, fmt.Sprintf("the HPA to scale the Deployment to %d", maxReplicas), func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, fmt.Sprintf("the HPA to scale the Deployment to %d", maxReplicas), func(ctx context.Context) (bool, string) {
 		load.apply(t, ctx, depName)
 		d, seen := deployment(ctx, ns, depName)
 		return d != nil && *d.Spec.Replicas == maxReplicas, seen
@@ -111,13 +111,13 @@ func TestScalesWithLoad(t *testing.T) {
 	// new message rolls new pods out at the HPA's 5, not at spec.replicas.
 	update(t, ns, name, func(s *webappv1.SimpleWebApp) { s.Spec.Message = "m1" })
 	rolled := time.Now()
-	kit.WaitFor(t, timeout, "the new message rolled out at full scale", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "the new message rolled out at full scale", func(ctx context.Context) (bool, string) {
 		load.apply(t, ctx, depName)
 		d, seen := deployment(ctx, ns, depName)
 		if d == nil {
 			return false, seen
 		}
-		done, why := kit.DeploymentRolledOut(d)
+		done, why := testkit.DeploymentRolledOut(d)
 		cur := &webappv1.SimpleWebApp{}
 		if err := env.C.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, cur); err != nil {
 			return false, err.Error()
@@ -130,7 +130,7 @@ func TestScalesWithLoad(t *testing.T) {
 	t.Logf("the message rolled out at %d pods in %s", maxReplicas, time.Since(rolled).Round(time.Millisecond))
 
 	// What a user sees of the load: `kubectl top pods` (the same metrics API).
-	kit.WaitFor(t, timeout, fmt.Sprintf("kubectl top pods to show %d pods using %s each", maxReplicas, loadCPU), func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, fmt.Sprintf("kubectl top pods to show %d pods using %s each", maxReplicas, loadCPU), func(ctx context.Context) (bool, string) {
 		load.apply(t, ctx, depName)
 		out, err := env.Kubectl.Admin("top", "pods", "-n", ns, "--no-headers")
 		if err != nil {
@@ -159,7 +159,7 @@ func TestScalesWithLoad(t *testing.T) {
 	// Idle again: back in to minReplicas once the stabilization window passed.
 	load.set(t, t.Context(), depName, idleCPU)
 	idle := time.Now()
-	kit.WaitFor(t, timeout, fmt.Sprintf("the HPA to scale the Deployment in to %d", minReplicas), func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, fmt.Sprintf("the HPA to scale the Deployment in to %d", minReplicas), func(ctx context.Context) (bool, string) {
 		load.apply(t, ctx, depName)
 		d, seen := deployment(ctx, ns, depName)
 		return d != nil && *d.Spec.Replicas == minReplicas, seen
@@ -177,7 +177,7 @@ func TestScalesWithLoad(t *testing.T) {
 	}
 
 	t.Logf("FIGURE autoscaling: the HPA reads the new pods' CPU use %s after the SimpleWebApp is created (metrics-server scrapes every %s)",
-		metricsAfter.Round(time.Second), cluster.MetricResolution)
+		metricsAfter.Round(time.Second), localcluster.MetricResolution)
 	t.Logf("FIGURE autoscaling: load → HPA scales %d → %d pods in %s; %d/%d Ready in status and kubectl get swa after %s (HPA sync %s)",
 		minReplicas, maxReplicas, scaledOut.Round(time.Second), maxReplicas, maxReplicas, scaledOutReady.Round(time.Second), hpaSyncPeriod)
 	t.Logf("FIGURE autoscaling: idle → HPA scales %d → %d pods in %s; %d/%d Ready in status and kubectl get swa after %s (downscale stabilization %s)",
@@ -187,10 +187,10 @@ func TestScalesWithLoad(t *testing.T) {
 
 // waitApp waits until n pods are Ready and the SimpleWebApp's status and
 // `kubectl get swa` say so, with the Ready condition true.
-func waitApp(t *testing.T, ns, name string, n int32, load *loadGen, opts kit.WaitOption) {
+func waitApp(t *testing.T, ns, name string, n int32, load *loadGen, opts testkit.WaitOption) {
 	t.Helper()
 	want := fmt.Sprintf("%d/%d", n, n)
-	kit.WaitFor(t, timeout, fmt.Sprintf("status and kubectl get swa to show %s Ready", want), func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, fmt.Sprintf("status and kubectl get swa to show %s Ready", want), func(ctx context.Context) (bool, string) {
 		load.apply(t, ctx, name+"-web")
 		s := &webappv1.SimpleWebApp{}
 		if err := env.C.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, s); err != nil {
@@ -276,19 +276,19 @@ func cpuUtilization(h *autoscalingv2.HorizontalPodAutoscaler) int32 {
 
 // waitOpts: a wait ends at once if the operator exits, and a failure shows
 // the operator's log tail and the app as kubectl shows it.
-func waitOpts(ns string) kit.WaitOption {
-	return kit.Options(
-		kit.Every(200*time.Millisecond),
-		kit.Abort(func() error {
+func waitOpts(ns string) testkit.WaitOption {
+	return testkit.Options(
+		testkit.Every(200*time.Millisecond),
+		testkit.Abort(func() error {
 			if exited, err := env.op.Exited(); exited {
 				return fmt.Errorf("the operator exited: %v", err)
 			}
 			return nil
 		}),
-		kit.Diag(func() string {
+		testkit.Diag(func() string {
 			return fmt.Sprintf("--- operator log tail (%s) ---\n%s", env.op.LogPath(), env.op.LogTail(30))
 		}),
-		kit.Diag(func() string {
+		testkit.Diag(func() string {
 			var b strings.Builder
 			for _, args := range [][]string{
 				{"get", "simplewebapps,hpa,deployments,pods", "-n", ns, "-o", "wide"},
@@ -301,7 +301,7 @@ func waitOpts(ns string) kit.WaitOption {
 					fmt.Fprintf(&b, "%v\n", err)
 				}
 			}
-			fmt.Fprintf(&b, "--- metrics-server log tail ---\n%s\n", env.Cluster.LogTail(cluster.MetricsServer, 20))
+			fmt.Fprintf(&b, "--- metrics-server log tail ---\n%s\n", env.Cluster.LogTail(localcluster.MetricsServer, 20))
 			return b.String()
 		}),
 	)
@@ -339,10 +339,10 @@ func (l *loadGen) apply(t *testing.T, ctx context.Context, depName string) {
 	if err := env.C.List(ctx, &pods, client.InNamespace(l.ns), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		t.Fatal(err)
 	}
-	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, cluster.UsageCPUAnnotation, l.cpu)
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, localcluster.UsageCPUAnnotation, l.cpu)
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.DeletionTimestamp != nil || p.Annotations[cluster.UsageCPUAnnotation] == l.cpu {
+		if p.DeletionTimestamp != nil || p.Annotations[localcluster.UsageCPUAnnotation] == l.cpu {
 			continue
 		}
 		if err := env.C.Patch(ctx, p, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
@@ -405,7 +405,7 @@ func watchReplicas(t *testing.T, ns, name string) *replicasLog {
 			}
 			last = r
 			l.mu.Lock()
-			l.changes = append(l.changes, replicasChange{at: time.Now(), replicas: r, owners: kit.ReplicasOwners(d)})
+			l.changes = append(l.changes, replicasChange{at: time.Now(), replicas: r, owners: testkit.ReplicasOwners(d)})
 			l.mu.Unlock()
 		}
 	}()
@@ -464,7 +464,7 @@ func (l *replicasLog) onlyHPA(t *testing.T) {
 			continue
 		}
 		for _, o := range c.owners {
-			if strings.HasPrefix(o, controllers.ManagerName) && hpaSeen {
+			if strings.HasPrefix(o, render.ManagerName) && hpaSeen {
 				t.Errorf("the operator (%s) set the replicas to %d after the HPA had set them; all changes: %s", o, c.replicas, l)
 			}
 		}

@@ -6,8 +6,8 @@
 //
 // Like tests/e2e, the operator binary runs as its own process with its own
 // ServiceAccount bound only to config/rbac, against a full local cluster
-// (tests/cluster with Options.Metrics). metrics-server is built by
-// tests/tools/build-metrics-server.sh (make tools); without it the set-up
+// (internal/localcluster with Options.Metrics). metrics-server is built by
+// hack/tools/build-metrics-server.sh (make tools); without it the set-up
 // fails and says so.
 package autoscaling
 
@@ -24,8 +24,8 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/operatortest"
 )
 
 // The kube-controller-manager's HPA settings here, shorter than its defaults
@@ -78,7 +78,7 @@ func keepLogs(e *testEnv) {
 		return
 	}
 	logs := map[string]string{"operator.log": e.op.LogPath()}
-	for _, c := range []string{cluster.MetricsServer, cluster.ControllerManager, cluster.Kwok, cluster.APIServer} {
+	for _, c := range []string{localcluster.MetricsServer, localcluster.ControllerManager, localcluster.Kwok, localcluster.APIServer} {
 		logs[c+".log"] = filepath.Join(e.Cluster.Dir, c+".log")
 	}
 	var errs []error

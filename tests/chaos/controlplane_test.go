@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // kubelet keeps one operator process running, as a Deployment's kubelet
@@ -189,8 +189,8 @@ func TestControlPlaneFaults(t *testing.T) {
 	stops := size(t, "etcd SIGSTOPs of 20 s", 1, 3)
 	e := newEnv(t)
 	ctx := t.Context()
-	ns := kit.Namespace(t, e.C, kit.NS{Prefix: "cp-", WaitForServiceAccount: true})
-	ports, err := cluster.FreePorts(1)
+	ns := testkit.Namespace(t, e.C, testkit.NS{Prefix: "cp-", WaitForServiceAccount: true})
+	ports, err := localcluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestControlPlaneFaults(t *testing.T) {
 		args: []string{"--leader-elect=true", "--leader-election-namespace=" + operatortest.Namespace}}
 	go k.run()
 	t.Cleanup(func() { close(k.stop); <-k.done })
-	diag := kit.Diag(func() string {
+	diag := testkit.Diag(func() string {
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		if k.running == nil {
@@ -206,7 +206,7 @@ func TestControlPlaneFaults(t *testing.T) {
 		}
 		return "--- " + k.running.Name() + " log tail ---\n" + k.running.LogTail(30)
 	})
-	stable := kit.ChannelVersion(t, "stable")
+	stable := testkit.ChannelVersion(t, "stable")
 	names := e.createApps(ctx, ns, apps, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](1), Message: "m0"})
 	// settle waits until every SimpleWebApp converged (Ready, pruned) and
 	// says when the operator had applied every one's generation (its own
@@ -214,7 +214,7 @@ func TestControlPlaneFaults(t *testing.T) {
 	// whose informers come back from the outage with their own backoff).
 	settle := func(what string, recovered time.Time) (applied, rolledOut, conv time.Duration) {
 		t.Helper()
-		kit.WaitFor(t, 3*time.Minute, what+": every SimpleWebApp converged", func(ctx context.Context) (bool, string) {
+		testkit.WaitFor(t, 3*time.Minute, what+": every SimpleWebApp converged", func(ctx context.Context) (bool, string) {
 			if applied == 0 {
 				if ok, _ := allApplied(ctx, e, ns); ok {
 					applied = time.Since(recovered)
@@ -224,7 +224,7 @@ func TestControlPlaneFaults(t *testing.T) {
 				rolledOut = time.Since(recovered)
 			}
 			return converged(ctx, e.C, ns, stable)
-		}, kit.Every(200*time.Millisecond), diag)
+		}, testkit.Every(200*time.Millisecond), diag)
 		conv = time.Since(recovered)
 		if applied == 0 {
 			applied = conv
@@ -268,7 +268,7 @@ func TestControlPlaneFaults(t *testing.T) {
 	for i := range restarts {
 		outage("kube-apiserver restart", i, func() (time.Time, time.Time) {
 			from := time.Now()
-			if _, err := e.Cluster.Restart(ctx, cluster.APIServer); err != nil {
+			if _, err := e.Cluster.Restart(ctx, localcluster.APIServer); err != nil {
 				t.Fatal(err)
 			}
 			return from, time.Now()
@@ -277,14 +277,14 @@ func TestControlPlaneFaults(t *testing.T) {
 	for i := range stops {
 		outage("etcd SIGSTOP", i, func() (time.Time, time.Time) {
 			from := time.Now()
-			if err := e.Cluster.Signal(cluster.Etcd, syscall.SIGSTOP); err != nil {
+			if err := e.Cluster.Signal(localcluster.Etcd, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
-			kit.HoldsFor(t, 20*time.Second, "etcd stopped, the operator exiting at most once", func(context.Context) (bool, string) {
+			testkit.HoldsFor(t, 20*time.Second, "etcd stopped, the operator exiting at most once", func(context.Context) (bool, string) {
 				_, _, _, exits := k.window(from, time.Now())
 				return exits <= 1, fmt.Sprintf("%d exits", exits)
-			}, kit.Every(time.Second))
-			if err := e.Cluster.Signal(cluster.Etcd, syscall.SIGCONT); err != nil {
+			}, testkit.Every(time.Second))
+			if err := e.Cluster.Signal(localcluster.Etcd, syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
 			return from, time.Now()
@@ -314,7 +314,7 @@ func allRolledOut(ctx context.Context, e *chaosEnv, ns string) bool {
 		return false
 	}
 	for i := range list.Items {
-		if ok, _ := kit.DeploymentRolledOut(&list.Items[i]); !ok {
+		if ok, _ := testkit.DeploymentRolledOut(&list.Items[i]); !ok {
 			return false
 		}
 	}

@@ -14,12 +14,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/apply"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
-// failpoint is main.go's test-only failpoint: exit 137 after the k-th write.
+// failpoint is the operator's test-only failpoint (failpoints.go, in a build
+// with -tags failpoints): exit 137 after the k-th write.
 const failpoint = "SWA_TEST_EXIT_AFTER_WRITES"
 
 // crasher keeps one operator running: with the failpoint at a random k until
@@ -113,11 +114,11 @@ func (c *crasher) finish(t *testing.T) {
 	if !clean && op != nil {
 		op.Kill()
 	}
-	kit.WaitFor(t, time.Minute, "an operator without the failpoint running", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, time.Minute, "an operator without the failpoint running", func(context.Context) (bool, string) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		return c.clean && c.running != nil, fmt.Sprintf("clean=%v err=%v", c.clean, c.err)
-	}, kit.Abort(c.failed))
+	}, testkit.Abort(c.failed))
 }
 
 func (c *crasher) failed() error {
@@ -144,14 +145,14 @@ func TestCrashConsistency(t *testing.T) {
 	planned := size(t, "crashes", 9, 50)
 	e := newEnv(t)
 	ctx := t.Context()
-	ns := kit.Namespace(t, e.C, kit.NS{Prefix: "crash-", WaitForServiceAccount: true})
+	ns := testkit.Namespace(t, e.C, testkit.NS{Prefix: "crash-", WaitForServiceAccount: true})
 	// The cycle moves every app to another version and back: to rapid's,
 	// or, when a promotion has put stable at rapid's version, to another
 	// version pinned with spec.version.
-	stable, other := kit.ChannelVersion(t, "stable"), kit.ChannelVersion(t, "rapid")
+	stable, other := testkit.ChannelVersion(t, "stable"), testkit.ChannelVersion(t, "rapid")
 	away, awayPatch := "stable → rapid", `{"spec":{"channel":"rapid"}}`
 	if other == stable {
-		for _, v := range kit.Versions(t) {
+		for _, v := range testkit.Versions(t) {
 			if v != stable {
 				other = v
 			}
@@ -179,9 +180,9 @@ func TestCrashConsistency(t *testing.T) {
 	phase := func(what, version string) {
 		t.Helper()
 		p0 := time.Now()
-		kit.WaitFor(t, phaseTimeout, what+": every SimpleWebApp converged on "+version, func(ctx context.Context) (bool, string) {
+		testkit.WaitFor(t, phaseTimeout, what+": every SimpleWebApp converged on "+version, func(ctx context.Context) (bool, string) {
 			return converged(ctx, e.C, ns, version)
-		}, kit.Every(250*time.Millisecond), kit.Abort(c.failed), kit.Diag(func() string {
+		}, testkit.Every(250*time.Millisecond), testkit.Abort(c.failed), testkit.Diag(func() string {
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if c.running == nil {
@@ -236,7 +237,7 @@ func TestCrashConsistency(t *testing.T) {
 	compared := 0
 	for i := range list.Items {
 		swa := &list.Items[i]
-		desired, err := render(ctx, swa)
+		desired, err := desiredNow(ctx, swa)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,7 +258,7 @@ func TestCrashConsistency(t *testing.T) {
 				continue
 			}
 			compared++
-			if got, want := live.GetAnnotations()[controllers.AnnotationAppliedHash], d.GetAnnotations()[controllers.AnnotationAppliedHash]; got != want {
+			if got, want := live.GetAnnotations()[apply.AnnotationAppliedHash], d.GetAnnotations()[apply.AnnotationAppliedHash]; got != want {
 				t.Errorf("%s: %s %s applied-hash %s, a fresh render's %s", swa.Name, gvk.Kind, d.GetName(), got, want)
 			}
 			if diff := subset(live.Object, d.Object, ""); diff != "" {
@@ -271,19 +272,19 @@ func TestCrashConsistency(t *testing.T) {
 
 	// The audit log: no DELETE ever hit a name of the final inventories.
 	events := e.audit()
-	deletes := kit.AuditFilter{Verbs: []string{"delete"}, Namespace: ns}.Filter(events)
-	var bad []kit.AuditEvent
+	deletes := testkit.AuditFilter{Verbs: []string{"delete"}, Namespace: ns}.Filter(events)
+	var bad []testkit.AuditEvent
 	for _, ev := range deletes {
 		if final[ev.ObjectRef.Resource+"/"+ev.ObjectRef.Name] {
 			bad = append(bad, ev)
 		}
 	}
 	if len(bad) > 0 {
-		t.Errorf("%d DELETEs of names in the final inventories:\n%s", len(bad), kit.FormatAudit(bad, 20))
+		t.Errorf("%d DELETEs of names in the final inventories:\n%s", len(bad), testkit.FormatAudit(bad, 20))
 	}
-	writes := kit.AuditFilter{User: e.id.User(), Verbs: kit.WriteVerbs, Namespace: ns}.Filter(events)
+	writes := testkit.AuditFilter{User: e.id.User(), Verbs: testkit.WriteVerbs, Namespace: ns}.Filter(events)
 	t.Logf("FIGURE crash consistency: %d orphans of %d labelled objects; %d objects equal a fresh render; %d DELETEs in total (%d of final names); operator writes in the namespace: %d %v",
-		len(orph), total, compared, len(deletes), len(bad), len(writes), kit.CountBy(writes, kit.AuditByResource))
+		len(orph), total, compared, len(deletes), len(bad), len(writes), testkit.CountBy(writes, testkit.AuditByResource))
 }
 
 func inInventory(swa *webappv1.SimpleWebApp, gvk schema.GroupVersionKind, name string) bool {

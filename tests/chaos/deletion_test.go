@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // TestDeletionRaces deletes SimpleWebApps at random points of their
@@ -28,9 +28,9 @@ func TestDeletionRaces(t *testing.T) {
 	e := newEnv(t)
 	ctx := t.Context()
 	waitGarbageCollector(t, e)
-	ns := kit.Namespace(t, e.C, kit.NS{Prefix: "del-", WaitForServiceAccount: true})
+	ns := testkit.Namespace(t, e.C, testkit.NS{Prefix: "del-", WaitForServiceAccount: true})
 	op := e.start("operator", e.id, nil, "--leader-elect=false")
-	diag := kit.Diag(func() string { return "--- operator log tail ---\n" + op.LogTail(30) })
+	diag := testkit.Diag(func() string { return "--- operator log tail ---\n" + op.LogTail(30) })
 
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("random seed %d", seed)
@@ -74,7 +74,7 @@ func TestDeletionRaces(t *testing.T) {
 	}
 	lastDelete := time.Now()
 	var goneAfter time.Duration
-	kit.WaitFor(t, 60*time.Second, "no SimpleWebApp and no child left", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 60*time.Second, "no SimpleWebApp and no child left", func(ctx context.Context) (bool, string) {
 		var list webappv1.SimpleWebAppList
 		if err := e.C.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
@@ -85,20 +85,20 @@ func TestDeletionRaces(t *testing.T) {
 		}
 		goneAfter = time.Since(lastDelete)
 		return len(list.Items) == 0 && total == 0, fmt.Sprintf("%d SimpleWebApps, %d children: %v", len(list.Items), total, left)
-	}, kit.Every(500*time.Millisecond), diag)
+	}, testkit.Every(500*time.Millisecond), diag)
 
 	// No error loop: the operator stops writing in the namespace.
 	quietFrom := time.Now()
-	kit.HoldsFor(t, 10*time.Second, "no operator write in the namespace", func(context.Context) (bool, string) {
-		w := kit.AuditFilter{User: e.id.User(), Namespace: ns, Verbs: kit.WriteVerbs, From: quietFrom}.Filter(e.audit())
-		return len(w) == 0, kit.FormatAudit(w, 10)
-	}, kit.Every(time.Second), diag)
+	testkit.HoldsFor(t, 10*time.Second, "no operator write in the namespace", func(context.Context) (bool, string) {
+		w := testkit.AuditFilter{User: e.id.User(), Namespace: ns, Verbs: testkit.WriteVerbs, From: quietFrom}.Filter(e.audit())
+		return len(w) == 0, testkit.FormatAudit(w, 10)
+	}, testkit.Every(time.Second), diag)
 	events := e.audit()
-	writes := kit.AuditFilter{User: e.id.User(), Namespace: ns, Verbs: kit.WriteVerbs}.Filter(events)
-	failed := kit.AuditFilter{User: e.id.User(), Namespace: ns, Verbs: kit.WriteVerbs}.Count(events) -
-		kit.AuditFilter{User: e.id.User(), Namespace: ns, Verbs: kit.WriteVerbs, Succeeded: true}.Count(events)
+	writes := testkit.AuditFilter{User: e.id.User(), Namespace: ns, Verbs: testkit.WriteVerbs}.Filter(events)
+	failed := testkit.AuditFilter{User: e.id.User(), Namespace: ns, Verbs: testkit.WriteVerbs}.Count(events) -
+		testkit.AuditFilter{User: e.id.User(), Namespace: ns, Verbs: testkit.WriteVerbs, Succeeded: true}.Count(events)
 	t.Logf("FIGURE deletion races: %d SimpleWebApps deleted 0-1.5 s after creation or a change, in %s; everything gone %.1f s after the last delete; operator writes %d (%d refused by the API server) %v",
-		deletions, lastDelete.Sub(t0).Round(time.Second), goneAfter.Seconds(), len(writes), failed, kit.CountBy(writes, kit.AuditByResource))
+		deletions, lastDelete.Sub(t0).Round(time.Second), goneAfter.Seconds(), len(writes), failed, testkit.CountBy(writes, testkit.AuditByResource))
 }
 
 // waitGarbageCollector waits until kube-controller-manager's garbage
@@ -107,9 +107,9 @@ func TestDeletionRaces(t *testing.T) {
 // first deletions would measure that, not the operator.
 func waitGarbageCollector(t *testing.T, e *chaosEnv) {
 	t.Helper()
-	ns := kit.Namespace(t, e.C, kit.NS{Prefix: "gc-probe-"})
+	ns := testkit.Namespace(t, e.C, testkit.NS{Prefix: "gc-probe-"})
 	probes := 0
-	kit.WaitFor(t, 2*time.Minute, "the garbage collector deleting a dependent of a deleted SimpleWebApp", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "the garbage collector deleting a dependent of a deleted SimpleWebApp", func(ctx context.Context) (bool, string) {
 		probes++
 		owner := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{GenerateName: "gc-probe-", Namespace: ns}}
 		if err := e.C.Create(ctx, owner); err != nil {
@@ -124,10 +124,10 @@ func waitGarbageCollector(t *testing.T, e *chaosEnv) {
 		if err := e.C.Delete(ctx, owner); err != nil {
 			return false, err.Error()
 		}
-		_, seen, err := kit.Poll(ctx, 100*time.Millisecond, 3*time.Second, func(ctx context.Context) (bool, string, error) {
+		_, seen, err := testkit.Poll(ctx, 100*time.Millisecond, 3*time.Second, func(ctx context.Context) (bool, string, error) {
 			err := e.C.Get(ctx, client.ObjectKeyFromObject(dependent), &corev1.ConfigMap{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err), nil
 		})
 		return err == nil, fmt.Sprintf("probe %d: %s", probes, seen)
-	}, kit.Every(100*time.Millisecond))
+	}, testkit.Every(100*time.Millisecond))
 }

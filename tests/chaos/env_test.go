@@ -1,5 +1,5 @@
 // Package chaos injects faults into a running operator and judges the result
-// from the API server's audit log (tests/cluster Options.AuditLog), not from
+// from the API server's audit log (internal/localcluster Options.AuditLog), not from
 // the operator's own logs: crashes at random writes, a field fight with
 // another manager, a leader paused past its Lease, an operator one version
 // apart from the installed CRD.
@@ -28,9 +28,10 @@ import (
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/channels"
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/apply"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // full reports whether the full sizes run (SWA_CHAOS_FULL=1, make chaos).
@@ -62,7 +63,7 @@ func newEnv(t *testing.T) *chaosEnv {
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	t0 := time.Now()
-	oe, err := operatortest.Setup(ctx, operatortest.Options{Name: "chaos", AuditLog: true}, t.Cleanup)
+	oe, err := operatortest.Setup(ctx, operatortest.Options{Name: "chaos", AuditLog: true, BuildTags: []string{"failpoints"}}, t.Cleanup)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,9 +104,9 @@ func (e *chaosEnv) start(name string, id *operatortest.Identity, environ []strin
 }
 
 // audit reads the audit log so far.
-func (e *chaosEnv) audit() []kit.AuditEvent {
+func (e *chaosEnv) audit() []testkit.AuditEvent {
 	e.t.Helper()
-	events, err := kit.ReadAudit(e.Cluster.AuditLogPath())
+	events, err := testkit.ReadAudit(e.Cluster.AuditLogPath())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -172,7 +173,7 @@ func converged(ctx context.Context, c client.Client, ns, version string) (bool, 
 		case swa.Status.Version != version:
 			why = "version " + swa.Status.Version
 		default:
-			if desired, err := render(ctx, swa); err != nil {
+			if desired, err := desiredNow(ctx, swa); err != nil {
 				why = err.Error()
 			} else if len(desired) != len(swa.Status.Inventory) {
 				why = fmt.Sprintf("inventory %v, render has %d objects (not pruned yet)", swa.Status.Inventory, len(desired))
@@ -188,19 +189,19 @@ func converged(ctx context.Context, c client.Client, ns, version string) (bool, 
 	return notYet == 0 && len(list.Items) > 0, fmt.Sprintf("%d of %d not converged on %s; first: %s", notYet, len(list.Items), version, first)
 }
 
-// render is what the operator would write for swa now: a fresh resolve and
+// desiredNow is what the operator would write for swa now: a fresh resolve and
 // render of the embedded channels, as `kubectl swa render` does.
-func render(ctx context.Context, swa *webappv1.SimpleWebApp) ([]*unstructured.Unstructured, error) {
-	src := controllers.Channels{FS: channels.FS}
+func desiredNow(ctx context.Context, swa *webappv1.SimpleWebApp) ([]*unstructured.Unstructured, error) {
+	src := render.Channels{FS: channels.FS}
 	rel, err := src.Resolve(ctx, swa.Spec)
 	if err != nil {
 		return nil, err
 	}
-	r, err := controllers.Render(rel, swa)
+	r, err := render.Render(rel, swa)
 	if err != nil {
 		return nil, err
 	}
-	return controllers.DesiredObjects(swa, r), nil
+	return apply.DesiredObjects(swa, r), nil
 }
 
 // subset reports the first field of want that live lacks or holds otherwise
@@ -251,16 +252,16 @@ func orphans(ctx context.Context, c client.Client, ns string) ([]string, int, er
 	}
 	var out []string
 	total := 0
-	for _, k := range controllers.ManagedKinds {
+	for _, k := range render.ManagedKinds {
 		u := &unstructured.UnstructuredList{}
 		u.SetGroupVersionKind(k.GVK.GroupVersion().WithKind(k.GVK.Kind + "List"))
-		if err := c.List(ctx, u, client.InNamespace(ns), client.HasLabels{controllers.LabelInstance}); err != nil {
+		if err := c.List(ctx, u, client.InNamespace(ns), client.HasLabels{render.LabelInstance}); err != nil {
 			return nil, 0, err
 		}
 		for _, o := range u.Items {
 			total++
 			if !listed[k.GVK.Kind+"/"+o.GetName()] {
-				out = append(out, fmt.Sprintf("%s/%s (instance %s)", k.GVK.Kind, o.GetName(), o.GetLabels()[controllers.LabelInstance]))
+				out = append(out, fmt.Sprintf("%s/%s (instance %s)", k.GVK.Kind, o.GetName(), o.GetLabels()[render.LabelInstance]))
 			}
 		}
 	}

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // rival is the other field manager of the field fight.
@@ -32,13 +32,13 @@ func TestFieldFight(t *testing.T) {
 	fightFor := time.Duration(size(t, "fight seconds", 30, 60)) * time.Second
 	e := newEnv(t)
 	ctx := t.Context()
-	ns := kit.Namespace(t, e.C, kit.NS{Prefix: "fight-", WaitForServiceAccount: true})
+	ns := testkit.Namespace(t, e.C, testkit.NS{Prefix: "fight-", WaitForServiceAccount: true})
 	op := e.start("operator", e.id, nil, "--leader-elect=false")
-	diag := kit.Diag(func() string { return "--- operator log tail ---\n" + op.LogTail(30) })
+	diag := testkit.Diag(func() string { return "--- operator log tail ---\n" + op.LogTail(30) })
 	names := e.createApps(ctx, ns, 1, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](1), Message: "fight"})
-	kit.WaitFor(t, 2*time.Minute, "the SimpleWebApp Ready", func(ctx context.Context) (bool, string) {
-		return converged(ctx, e.C, ns, kit.ChannelVersion(t, "stable"))
-	}, kit.Every(200*time.Millisecond), diag)
+	testkit.WaitFor(t, 2*time.Minute, "the SimpleWebApp Ready", func(ctx context.Context) (bool, string) {
+		return converged(ctx, e.C, ns, testkit.ChannelVersion(t, "stable"))
+	}, testkit.Every(200*time.Millisecond), diag)
 	swa := &webappv1.SimpleWebApp{}
 	if err := e.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: names[0]}, swa); err != nil {
 		t.Fatal(err)
@@ -93,7 +93,7 @@ func TestFieldFight(t *testing.T) {
 
 	// Reported within 30 s: the condition and a Warning event naming the rival.
 	var reportedAfter time.Duration
-	kit.WaitFor(t, 30*time.Second, "Ready reason FieldConflict and a Warning FieldConflict event naming "+rival, func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "Ready reason FieldConflict and a Warning FieldConflict event naming "+rival, func(ctx context.Context) (bool, string) {
 		got := &webappv1.SimpleWebApp{}
 		if err := e.C.Get(ctx, client.ObjectKeyFromObject(swa), got); err != nil {
 			return false, err.Error()
@@ -107,21 +107,21 @@ func TestFieldFight(t *testing.T) {
 		reportedAfter = time.Since(fightStart)
 		return ready != nil && ready.Reason == webappv1.ReasonFieldConflict && strings.Contains(ready.Message, rival) && n > 0 && named,
 			fmt.Sprintf("Ready %+v; events:\n%s", ready, seen)
-	}, kit.Every(100*time.Millisecond), diag)
+	}, testkit.Every(100*time.Millisecond), diag)
 	<-fought
 	fightEnd := time.Now()
 
 	var restoredAfter time.Duration
-	kit.WaitFor(t, 2*time.Minute, "the rendered image "+image+" restored and the SimpleWebApp Ready", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "the rendered image "+image+" restored and the SimpleWebApp Ready", func(ctx context.Context) (bool, string) {
 		d := &appsv1.Deployment{}
 		if err := e.C.Get(ctx, client.ObjectKeyFromObject(dep), d); err != nil {
 			return false, err.Error()
 		}
 		restoredAfter = time.Since(fightEnd)
-		ok, seen := converged(ctx, e.C, ns, kit.ChannelVersion(t, "stable"))
+		ok, seen := converged(ctx, e.C, ns, testkit.ChannelVersion(t, "stable"))
 		got := d.Spec.Template.Spec.Containers[0].Image
 		return got == image && ok, "image " + got + "; " + seen
-	}, kit.Every(100*time.Millisecond), diag)
+	}, testkit.Every(100*time.Millisecond), diag)
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -129,8 +129,8 @@ func TestFieldFight(t *testing.T) {
 		t.Logf("rival apply errors (first %d): %v", len(applyErrs), applyErrs)
 	}
 	events := e.audit()
-	window := kit.AuditFilter{Resource: "deployments", Subresource: kit.NoSubresource, Namespace: ns, Name: depName,
-		Verbs: kit.WriteVerbs, From: fightStart, To: fightEnd}
+	window := testkit.AuditFilter{Resource: "deployments", Subresource: testkit.NoSubresource, Namespace: ns, Name: depName,
+		Verbs: testkit.WriteVerbs, From: fightStart, To: fightEnd}
 	ours := window
 	ours.User = e.id.User()
 	opWrites := ours.Filter(events)
@@ -157,6 +157,6 @@ func TestFieldFight(t *testing.T) {
 	// take-over of the other manager's fields, apply).
 	if steadyRate > 1 {
 		t.Errorf("once the fight was reported the operator wrote the Deployment %d times in %.1f s (%.2f/s), want at most 1/s:\n%s",
-			steady.Count(events), fightEnd.Sub(reported).Seconds(), steadyRate, kit.FormatAudit(opWrites, 40))
+			steady.Count(events), fightEnd.Sub(reported).Seconds(), steadyRate, testkit.FormatAudit(opWrites, 40))
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // leaseName is main.go's LeaderElectionID.
@@ -36,7 +36,7 @@ func TestLeaderSplitBrain(t *testing.T) {
 	t.Logf("SIZE lease flags %v (nil: the defaults 15s/10s/2s)", lease)
 	e := newEnv(t)
 	ctx := t.Context()
-	ns := kit.Namespace(t, e.C, kit.NS{Prefix: "split-", WaitForServiceAccount: true})
+	ns := testkit.Namespace(t, e.C, testkit.NS{Prefix: "split-", WaitForServiceAccount: true})
 
 	ids := map[string]*operatortest.Identity{}
 	for _, name := range []string{"replica-a", "replica-b"} {
@@ -61,7 +61,7 @@ func TestLeaderSplitBrain(t *testing.T) {
 		ops[name] = e.start(name, id, nil, args...)
 	}
 
-	diag := kit.Diag(func() string {
+	diag := testkit.Diag(func() string {
 		var b strings.Builder
 		for name, op := range ops {
 			fmt.Fprintf(&b, "--- %s log tail ---\n%s\n", name, op.LogTail(20))
@@ -69,15 +69,15 @@ func TestLeaderSplitBrain(t *testing.T) {
 		return b.String()
 	})
 	names := e.createApps(ctx, ns, apps, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](1), Message: "v0"})
-	stable := kit.ChannelVersion(t, "stable")
-	kit.WaitFor(t, 2*time.Minute, "every SimpleWebApp Ready under the first leader", func(ctx context.Context) (bool, string) {
+	stable := testkit.ChannelVersion(t, "stable")
+	testkit.WaitFor(t, 2*time.Minute, "every SimpleWebApp Ready under the first leader", func(ctx context.Context) (bool, string) {
 		return converged(ctx, e.C, ns, stable)
-	}, kit.Every(200*time.Millisecond), diag)
+	}, testkit.Every(200*time.Millisecond), diag)
 
 	// The leader: the replica whose user wrote the Lease successfully.
-	leaseWrites := func(user string, events []kit.AuditEvent) []kit.AuditEvent {
-		return kit.AuditFilter{User: user, Resource: "leases", Namespace: operatortest.Namespace, Name: leaseName,
-			Verbs: kit.WriteVerbs, Succeeded: true}.Filter(events)
+	leaseWrites := func(user string, events []testkit.AuditEvent) []testkit.AuditEvent {
+		return testkit.AuditFilter{User: user, Resource: "leases", Namespace: operatortest.Namespace, Name: leaseName,
+			Verbs: testkit.WriteVerbs, Succeeded: true}.Filter(events)
 	}
 	var leader, follower string
 	for name, id := range ids {
@@ -114,10 +114,10 @@ func TestLeaderSplitBrain(t *testing.T) {
 		}
 	}()
 	t.Cleanup(func() { stopLoad(); wg.Wait() })
-	kit.WaitFor(t, 30*time.Second, "the leader writing under load", func(context.Context) (bool, string) {
-		n := kit.AuditFilter{User: ids[leader].User(), Namespace: ns, Verbs: kit.WriteVerbs, Succeeded: true}.Count(e.audit())
+	testkit.WaitFor(t, 30*time.Second, "the leader writing under load", func(context.Context) (bool, string) {
+		n := testkit.AuditFilter{User: ids[leader].User(), Namespace: ns, Verbs: testkit.WriteVerbs, Succeeded: true}.Count(e.audit())
 		return n > apps*3, fmt.Sprintf("%d writes", n)
-	}, kit.Every(200*time.Millisecond))
+	}, testkit.Every(200*time.Millisecond))
 
 	// SIGSTOP (by PID) the leader; the follower takes over.
 	stopped := time.Now()
@@ -131,18 +131,18 @@ func TestLeaderSplitBrain(t *testing.T) {
 		}
 	}()
 	var takeover time.Duration
-	kit.WaitFor(t, pause, follower+" acquires the Lease and writes", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, pause, follower+" acquires the Lease and writes", func(context.Context) (bool, string) {
 		events := e.audit()
 		n := len(leaseWrites(ids[follower].User(), events))
-		w := kit.AuditFilter{User: ids[follower].User(), Namespace: ns, Verbs: kit.WriteVerbs, Succeeded: true}.Count(events)
+		w := testkit.AuditFilter{User: ids[follower].User(), Namespace: ns, Verbs: testkit.WriteVerbs, Succeeded: true}.Count(events)
 		takeover = time.Since(stopped)
 		return n > 0 && w > 0, fmt.Sprintf("%d Lease writes, %d writes in %s", n, w, ns)
-	}, kit.Every(100*time.Millisecond))
+	}, testkit.Every(100*time.Millisecond))
 	// The rest of the pause: the stopped leader can write nothing.
-	kit.HoldsFor(t, max(pause-time.Since(stopped), time.Second), "the stopped leader writes nothing", func(context.Context) (bool, string) {
-		n := kit.AuditFilter{User: ids[leader].User(), Verbs: kit.WriteVerbs, From: stopped.Add(time.Second)}.Count(e.audit())
+	testkit.HoldsFor(t, max(pause-time.Since(stopped), time.Second), "the stopped leader writes nothing", func(context.Context) (bool, string) {
+		n := testkit.AuditFilter{User: ids[leader].User(), Verbs: testkit.WriteVerbs, From: stopped.Add(time.Second)}.Count(e.audit())
 		return n == 0, fmt.Sprintf("%d writes", n)
-	}, kit.Every(time.Second))
+	}, testkit.Every(time.Second))
 	if err := syscall.Kill(ops[leader].Pid(), syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -151,39 +151,39 @@ func TestLeaderSplitBrain(t *testing.T) {
 
 	// The old leader finds its Lease gone and exits.
 	var exitedAfter time.Duration
-	kit.WaitFor(t, time.Minute, "the old leader "+leader+" exits", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the old leader "+leader+" exits", func(context.Context) (bool, string) {
 		exited, err := ops[leader].Exited()
 		exitedAfter = time.Since(continued)
 		return exited, fmt.Sprint(err)
-	}, kit.Every(50*time.Millisecond))
+	}, testkit.Every(50*time.Millisecond))
 	_, exitErr := ops[leader].Exited()
 	stopLoad()
 	wg.Wait()
-	kit.WaitFor(t, 2*time.Minute, "every SimpleWebApp converged under the new leader", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "every SimpleWebApp converged under the new leader", func(ctx context.Context) (bool, string) {
 		return converged(ctx, e.C, ns, stable)
-	}, kit.Every(200*time.Millisecond), diag)
+	}, testkit.Every(200*time.Millisecond), diag)
 
 	events := e.audit()
-	newFirst := kit.AuditFilter{User: ids[follower].User(), Verbs: kit.WriteVerbs, Succeeded: true, From: stopped}.Filter(events)
+	newFirst := testkit.AuditFilter{User: ids[follower].User(), Verbs: testkit.WriteVerbs, Succeeded: true, From: stopped}.Filter(events)
 	if len(newFirst) == 0 {
 		t.Fatal("no write by the new leader in the audit log")
 	}
-	first := kit.Received(&newFirst[0])
+	first := testkit.Received(&newFirst[0])
 	// Every write of the old leader after that: its Lease (renew attempts,
 	// refused by the API server) and the leader election Event are the
 	// elector's own and not state the operator manages.
-	var late []kit.AuditEvent
-	for _, ev := range (kit.AuditFilter{User: ids[leader].User(), Verbs: kit.WriteVerbs, From: first}).Filter(events) {
+	var late []testkit.AuditEvent
+	for _, ev := range (testkit.AuditFilter{User: ids[leader].User(), Verbs: testkit.WriteVerbs, From: first}).Filter(events) {
 		if ev.ObjectRef != nil && (ev.ObjectRef.Resource == "leases" || ev.ObjectRef.Resource == "events" && ev.ObjectRef.Namespace == operatortest.Namespace) {
 			continue
 		}
 		late = append(late, ev)
 	}
-	oldAll := kit.AuditFilter{User: ids[leader].User(), Verbs: kit.WriteVerbs, From: first}.Filter(events)
+	oldAll := testkit.AuditFilter{User: ids[leader].User(), Verbs: testkit.WriteVerbs, From: first}.Filter(events)
 	t.Logf("FIGURE leader split-brain: leader SIGSTOPped %s; %s took over (first Lease write and write) %.1f s after the stop; old leader continued, exited %.1f s later (%v); its writes after the new leader's first: %d (all requests incl. its Lease and election events: %d %v)",
-		pause, follower, takeover.Seconds(), exitedAfter.Seconds(), exitErr, len(late), len(oldAll), kit.CountBy(oldAll, kit.AuditByObject))
+		pause, follower, takeover.Seconds(), exitedAfter.Seconds(), exitErr, len(late), len(oldAll), testkit.CountBy(oldAll, testkit.AuditByObject))
 	if len(late) > 0 {
-		t.Errorf("the old leader wrote %d times after the new leader's first write (%s):\n%s", len(late), first.Format("15:04:05.000000"), kit.FormatAudit(late, 40))
+		t.Errorf("the old leader wrote %d times after the new leader's first write (%s):\n%s", len(late), first.Format("15:04:05.000000"), testkit.FormatAudit(late, 40))
 	}
 	t.Logf("old leader log tail:\n%s", ops[leader].LogTail(15))
 }

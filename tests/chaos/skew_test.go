@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/guard"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // crdFile is the committed CRD: CRD N for the operator built from this tree.
@@ -38,21 +38,21 @@ func TestOperatorOlderThanCRD(t *testing.T) {
 	changes := size(t, "spec changes", 3, 3)
 	e := newEnv(t)
 	ctx := t.Context()
-	ns := kit.Namespace(t, e.C, kit.NS{Prefix: "skew-", WaitForServiceAccount: true})
+	ns := testkit.Namespace(t, e.C, testkit.NS{Prefix: "skew-", WaitForServiceAccount: true})
 
 	e.installCRD(func(v1 map[string]any) {
 		e.properties(v1, "spec")["futureField"] = map[string]any{"type": "string"}
 		e.properties(v1, "status")["futureStatus"] = map[string]any{"type": "string"}
 	})
 	// Until the API server serves the new schema it prunes the new field.
-	kit.WaitFor(t, 30*time.Second, "the API server keeping spec.futureField", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "the API server keeping spec.futureField", func(ctx context.Context) (bool, string) {
 		kept, err := e.dryRunKeeps(ctx, ns, "futureField", "probe")
 		return kept, fmt.Sprintf("kept %v, %v", kept, err)
-	}, kit.Every(100*time.Millisecond))
+	}, testkit.Every(100*time.Millisecond))
 
 	op := e.start("operator", e.id, nil, "--leader-elect=false")
-	diag := kit.Diag(func() string { return "--- operator log tail ---\n" + op.LogTail(30) })
-	abort := kit.Abort(func() error {
+	diag := testkit.Diag(func() string { return "--- operator log tail ---\n" + op.LogTail(30) })
+	abort := testkit.Abort(func() error {
 		if exited, err := op.Exited(); exited {
 			return fmt.Errorf("the operator exited (%v):\n%s", err, op.LogTail(30))
 		}
@@ -77,7 +77,7 @@ func TestOperatorOlderThanCRD(t *testing.T) {
 		t.Fatalf("the status write kept status.futureStatus %q, want %q: the CRD is not served yet", got, futureStatus)
 	}
 
-	stable := kit.ChannelVersion(t, "stable")
+	stable := testkit.ChannelVersion(t, "stable")
 	generation := app.GetGeneration()
 	// check reads the app: both fields kept, the generation the test's own.
 	check := func(step string) {
@@ -91,7 +91,7 @@ func TestOperatorOlderThanCRD(t *testing.T) {
 		if f != futureField || s != futureStatus || got.GetGeneration() != generation {
 			t.Fatalf("%s: spec.futureField %q (want %q), status.futureStatus %q (want %q), generation %d (want %d); operator requests on it:\n%s",
 				step, f, futureField, s, futureStatus, got.GetGeneration(), generation,
-				kit.FormatAudit(kit.AuditFilter{User: e.id.User(), Resource: "simplewebapps"}.Filter(e.audit()), 60))
+				testkit.FormatAudit(testkit.AuditFilter{User: e.id.User(), Resource: "simplewebapps"}.Filter(e.audit()), 60))
 		}
 	}
 	t0 := time.Now()
@@ -111,24 +111,24 @@ func TestOperatorOlderThanCRD(t *testing.T) {
 			generation = p.GetGeneration()
 		}
 		start := time.Now()
-		kit.WaitFor(t, 2*time.Minute, step+": the SimpleWebApp Ready for its generation", func(ctx context.Context) (bool, string) {
+		testkit.WaitFor(t, 2*time.Minute, step+": the SimpleWebApp Ready for its generation", func(ctx context.Context) (bool, string) {
 			return converged(ctx, e.C, ns, stable)
-		}, kit.Every(100*time.Millisecond), diag, abort)
+		}, testkit.Every(100*time.Millisecond), diag, abort)
 		slowest = max(slowest, time.Since(start))
 		check(step)
 	}
 
-	ops := kit.AuditFilter{User: e.id.User(), Resource: "simplewebapps"}.Filter(e.audit())
-	var puts []kit.AuditEvent
+	ops := testkit.AuditFilter{User: e.id.User(), Resource: "simplewebapps"}.Filter(e.audit())
+	var puts []testkit.AuditEvent
 	for _, ev := range ops {
 		if ev.Verb != "patch" {
 			puts = append(puts, ev)
 		}
 	}
 	t.Logf("FIGURE version skew, operator N−1 against CRD N (spec.futureField, status.futureStatus): %d spec changes in %.1f s (slowest reconcile %.1f s); both fields kept after each, generation %d = 1 + the test's changes; the operator's requests on SimpleWebApps: %v",
-		changes, time.Since(t0).Seconds(), slowest.Seconds(), generation, kit.CountBy(ops, kit.AuditByObject))
+		changes, time.Since(t0).Seconds(), slowest.Seconds(), generation, testkit.CountBy(ops, testkit.AuditByObject))
 	if len(puts) > 0 {
-		t.Errorf("the operator sent %d writes of SimpleWebApps other than patches (a PUT drops the fields its types lack):\n%s", len(puts), kit.FormatAudit(puts, 40))
+		t.Errorf("the operator sent %d writes of SimpleWebApps other than patches (a PUT drops the fields its types lack):\n%s", len(puts), testkit.FormatAudit(puts, 40))
 	}
 }
 
@@ -147,11 +147,11 @@ func TestOperatorNewerThanCRDRefusesToStart(t *testing.T) {
 	started := time.Now()
 	op := e.start("operator-crd-n-1", e.id, nil, "--leader-elect=false")
 	var exitedAfter time.Duration
-	kit.WaitFor(t, 30*time.Second, "the operator refusing the old CRD and exiting", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "the operator refusing the old CRD and exiting", func(context.Context) (bool, string) {
 		exited, err := op.Exited()
 		exitedAfter = time.Since(started)
 		return exited, fmt.Sprint(err)
-	}, kit.Every(50*time.Millisecond), kit.Diag(func() string { return op.LogTail(30) }))
+	}, testkit.Every(50*time.Millisecond), testkit.Diag(func() string { return op.LogTail(30) }))
 	_, exitErr := op.Exited()
 	msg := op.LogLinesWith("incompatible CRD", 3)
 	var line struct{ Error string }
@@ -159,7 +159,7 @@ func TestOperatorNewerThanCRDRefusesToStart(t *testing.T) {
 		msg = line.Error // the message without the stack trace
 	}
 	// From its start: newEnv's kubectl auth can-i wrote with its credentials.
-	writes := kit.AuditFilter{User: e.id.User(), Verbs: kit.WriteVerbs, From: started}.Filter(e.audit())
+	writes := testkit.AuditFilter{User: e.id.User(), Verbs: testkit.WriteVerbs, From: started}.Filter(e.audit())
 	if code := exitCode(exitErr); code <= 0 {
 		t.Errorf("the operator exited with %v, want a non-zero exit status", exitErr)
 	}
@@ -169,16 +169,16 @@ func TestOperatorNewerThanCRDRefusesToStart(t *testing.T) {
 		}
 	}
 	if len(writes) > 0 {
-		t.Errorf("the operator wrote %d times before refusing to start:\n%s", len(writes), kit.FormatAudit(writes, 40))
+		t.Errorf("the operator wrote %d times before refusing to start:\n%s", len(writes), testkit.FormatAudit(writes, 40))
 	}
 
 	// The release's CRD applied, the same operator starts and reconciles.
 	e.installCRD(nil)
-	ns := kit.Namespace(t, e.C, kit.NS{Prefix: "skew-", WaitForServiceAccount: true})
-	kit.WaitFor(t, 30*time.Second, "the API server keeping spec.suspend", func(ctx context.Context) (bool, string) {
+	ns := testkit.Namespace(t, e.C, testkit.NS{Prefix: "skew-", WaitForServiceAccount: true})
+	testkit.WaitFor(t, 30*time.Second, "the API server keeping spec.suspend", func(ctx context.Context) (bool, string) {
 		kept, err := e.dryRunKeeps(ctx, ns, "suspend", true)
 		return kept, fmt.Sprintf("kept %v, %v", kept, err)
-	}, kit.Every(100*time.Millisecond))
+	}, testkit.Every(100*time.Millisecond))
 	restarted := time.Now()
 	op2 := e.start("operator", e.id, nil, "--leader-elect=false")
 	if err := op2.WaitReady(ctx, time.Minute); err != nil {
@@ -186,8 +186,8 @@ func TestOperatorNewerThanCRDRefusesToStart(t *testing.T) {
 	}
 	readyAfter := time.Since(restarted)
 	names := e.createApps(ctx, ns, 1, webappv1.SimpleWebAppSpec{Message: "after the CRD upgrade"})
-	kit.WaitFor(t, 2*time.Minute, "the SimpleWebApp Ready", func(ctx context.Context) (bool, string) {
-		ok, seen := converged(ctx, e.C, ns, kit.ChannelVersion(t, "stable"))
+	testkit.WaitFor(t, 2*time.Minute, "the SimpleWebApp Ready", func(ctx context.Context) (bool, string) {
+		ok, seen := converged(ctx, e.C, ns, testkit.ChannelVersion(t, "stable"))
 		if !ok {
 			return false, seen
 		}
@@ -199,7 +199,7 @@ func TestOperatorNewerThanCRDRefusesToStart(t *testing.T) {
 		}
 		applied, _, _ := unstructured.NestedInt64(u.Object, "status", "appliedGeneration")
 		return applied == u.GetGeneration(), fmt.Sprintf("status.appliedGeneration %d, generation %d", applied, u.GetGeneration())
-	}, kit.Every(100*time.Millisecond), kit.Diag(func() string { return op2.LogTail(30) }))
+	}, testkit.Every(100*time.Millisecond), testkit.Diag(func() string { return op2.LogTail(30) }))
 	t.Logf("FIGURE version skew, operator N against CRD N−1 (no spec.suspend, status.appliedGeneration): exited %.1f s after start (%v), %d writes; message %q; with the release's CRD: ready %.1f s after start, app Ready %.1f s after start",
 		exitedAfter.Seconds(), exitErr, len(writes), msg, readyAfter.Seconds(), time.Since(restarted).Seconds())
 }
@@ -238,12 +238,12 @@ func (e *chaosEnv) installCRD(edit func(v1 map[string]any)) {
 	}
 	live := &unstructured.Unstructured{}
 	live.SetGroupVersionKind(crdGVK)
-	if err := e.C.Get(e.t.Context(), client.ObjectKey{Name: controllers.CRDName}, live); err != nil {
+	if err := e.C.Get(e.t.Context(), client.ObjectKey{Name: guard.CRDName}, live); err != nil {
 		e.t.Fatal(err)
 	}
 	live.Object["spec"] = spec
 	if err := e.C.Update(e.t.Context(), live); err != nil {
-		e.t.Fatalf("updating CRD %s: %v", controllers.CRDName, err)
+		e.t.Fatalf("updating CRD %s: %v", guard.CRDName, err)
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // describeChannels lists the files of the channels directory with the
@@ -85,7 +85,7 @@ func pokeDeployment(ctx context.Context, ns, name string, n int) error {
 func waitSettled(t *testing.T, ns, name string, n int32, version string, diag func() string) *app {
 	t.Helper()
 	var settled *app
-	kit.WaitFor(t, timeout, fmt.Sprintf("%s settled: Ready on version %s with %d Ready pods of the newest template", name, version, n),
+	testkit.WaitFor(t, timeout, fmt.Sprintf("%s settled: Ready on version %s with %d Ready pods of the newest template", name, version, n),
 		func(ctx context.Context) (bool, string) {
 			a, err := observe(ctx, ns, name, name+"-web")
 			if err != nil {
@@ -137,7 +137,7 @@ func operatorEvents(ctx context.Context, ns string, uid types.UID, typ, reason s
 func waitEvents(t *testing.T, ns string, uid types.UID, typ, reason string, atLeast int, diag func() string) int {
 	t.Helper()
 	var n int
-	kit.WaitFor(t, 30*time.Second, fmt.Sprintf("at least %d %s events %s from the operator", atLeast, typ, reason),
+	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("at least %d %s events %s from the operator", atLeast, typ, reason),
 		func(ctx context.Context) (bool, string) {
 			var seen string
 			var err error
@@ -221,8 +221,8 @@ func (h *readyHonesty) sample(ctx context.Context) {
 		return
 	}
 	h.readyTrue++
-	done1, why1 := kit.DeploymentRolledOut(&d1)
-	done2, why2 := kit.DeploymentRolledOut(&d2)
+	done1, why1 := testkit.DeploymentRolledOut(&d1)
+	done2, why2 := testkit.DeploymentRolledOut(&d2)
 	if done1 || done2 {
 		if !done1 || !done2 {
 			h.inconclusive++

@@ -15,24 +15,24 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // waitOpts are the options of every wait here: it ends at once if the
 // operator exits, and a failure shows the operator's log tail and diag.
-func (e *testEnv) waitOpts(diag func() string) kit.WaitOption {
-	return kit.Options(
-		kit.Every(100*time.Millisecond),
-		kit.Abort(func() error {
+func (e *testEnv) waitOpts(diag func() string) testkit.WaitOption {
+	return testkit.Options(
+		testkit.Every(100*time.Millisecond),
+		testkit.Abort(func() error {
 			if exited, err := e.op.Exited(); exited {
 				return fmt.Errorf("the operator exited: %v", err)
 			}
 			return nil
 		}),
-		kit.Diag(func() string {
+		testkit.Diag(func() string {
 			return fmt.Sprintf("--- operator log tail (%s) ---\n%s", e.op.LogPath(), e.op.LogTail(40))
 		}),
-		kit.Diag(diag),
+		testkit.Diag(diag),
 	)
 }
 
@@ -142,7 +142,7 @@ func (a *app) settledOn(n int32, version string) (bool, string) {
 }
 
 // rolledOut lists what keeps the workload from being rolled out to n
-// replicas: the Deployment is rolled out (kit.DeploymentRolledOut) to n
+// replicas: the Deployment is rolled out (testkit.DeploymentRolledOut) to n
 // replicas, and exactly n pods exist, all Ready and all from the newest
 // ReplicaSet.
 func (a *app) rolledOut(n int32) []string {
@@ -153,7 +153,7 @@ func (a *app) rolledOut(n int32) []string {
 			problems = append(problems, fmt.Sprintf(format, args...))
 		}
 	}
-	done, seen := kit.DeploymentRolledOut(&a.dep)
+	done, seen := testkit.DeploymentRolledOut(&a.dep)
 	check(done && ptr.Deref(a.dep.Spec.Replicas, 1) == n, "%s; want rolled out to %d", seen, n)
 	check(hash != "", "no ReplicaSet for the Deployment's revision %q", a.dep.Annotations["deployment.kubernetes.io/revision"])
 	check(len(a.pods) == int(n) && len(a.readyPods) == int(n), "%d pods, %d Ready, want %d", len(a.pods), len(a.readyPods), n)

@@ -24,9 +24,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // channelsPollInterval is the operator's --channels-poll-interval: it acts on
@@ -39,8 +39,8 @@ var env *testEnv
 
 type testEnv struct {
 	*operatortest.Env
-	channelsDir string   // the operator's --channels-dir, empty at start
-	channels    kit.Tree // channelsDir, for kit's writers
+	channelsDir string       // the operator's --channels-dir, empty at start
+	channels    testkit.Tree // channelsDir, for kit's writers
 	operatorID  *operatortest.Identity
 	op          *operatortest.Operator
 }
@@ -97,7 +97,7 @@ func setUp(cleanup func(func())) (*testEnv, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 
-	oe, err := operatortest.Setup(ctx, operatortest.Options{Name: "e2e", ExtraKwokStages: []string{cluster.NeverReadyStage}}, cleanup)
+	oe, err := operatortest.Setup(ctx, operatortest.Options{Name: "e2e", ExtraKwokStages: []string{localcluster.NeverReadyStage}}, cleanup)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func setUp(cleanup func(func())) (*testEnv, error) {
 	if err := os.Mkdir(e.channelsDir, 0o755); err != nil {
 		return nil, err
 	}
-	e.channels = kit.DirTree(e.channelsDir)
+	e.channels = testkit.DirTree(e.channelsDir)
 
 	t0 := time.Now()
 	if err := e.waitGarbageCollectorWatchesCRD(ctx); err != nil {
@@ -187,15 +187,15 @@ func (e *testEnv) waitGarbageCollectorWatchesCRD(ctx context.Context) error {
 		if err := e.C.Delete(ctx, owner); err != nil {
 			return false, "", err
 		}
-		_, seen, err := kit.Poll(ctx, 100*time.Millisecond, 3*time.Second, func(ctx context.Context) (bool, string, error) {
+		_, seen, err := testkit.Poll(ctx, 100*time.Millisecond, 3*time.Second, func(ctx context.Context) (bool, string, error) {
 			err := e.C.Get(ctx, client.ObjectKeyFromObject(dependent), &corev1.ConfigMap{})
 			return apierrors.IsNotFound(err), fmt.Sprint(err), nil
 		})
 		return err == nil, fmt.Sprintf("probe %d: the dependent ConfigMap %s after 3s: %s", probes, dependent.Name, seen), nil
 	}
-	if _, seen, err := kit.Poll(ctx, 100*time.Millisecond, 2*time.Minute, probe); err != nil {
+	if _, seen, err := testkit.Poll(ctx, 100*time.Millisecond, 2*time.Minute, probe); err != nil {
 		return fmt.Errorf("waiting for the garbage collector to delete a ConfigMap owned by a deleted SimpleWebApp: %w (%s)\n--- kube-controller-manager log tail ---\n%s",
-			err, seen, e.Cluster.LogTail(cluster.ControllerManager, 30))
+			err, seen, e.Cluster.LogTail(localcluster.ControllerManager, 30))
 	}
 	return nil
 }

@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 const (
@@ -28,13 +28,13 @@ const (
 	timeout    = 2 * time.Minute
 )
 
-// TestUserScenario is the user's session: create the app from their file,
+// TestUserScenario is what the user does: create the app from their file,
 // re-apply it with more replicas and a new message, lose two pods, delete it.
 func TestUserScenario(t *testing.T) {
 	ctx := t.Context()
-	ns := kit.Namespace(t, env.C, e2eNS)
+	ns := testkit.Namespace(t, env.C, e2eNS)
 	// The user's files set no channel: the stable channel's version runs.
-	stable := kit.ChannelVersion(t, "stable")
+	stable := testkit.ChannelVersion(t, "stable")
 	diag := func() string { return describeNamespace(ns) }
 	sample := func(name string) string { return filepath.Join(env.Root, "config/samples", name) }
 	state := func(ctx context.Context) (*app, string) {
@@ -56,7 +56,7 @@ func TestUserScenario(t *testing.T) {
 		} else {
 			t.Logf("kubectl wait --for=condition=Ready returned after %s: %s", time.Since(start).Round(time.Millisecond), strings.TrimSpace(out))
 		}
-		kit.WaitFor(t, timeout, "3 Ready pods and status Ready with readyReplicas=3", func(ctx context.Context) (bool, string) {
+		testkit.WaitFor(t, timeout, "3 Ready pods and status Ready with readyReplicas=3", func(ctx context.Context) (bool, string) {
 			a, seen := state(ctx)
 			if a == nil {
 				return false, seen
@@ -81,7 +81,7 @@ func TestUserScenario(t *testing.T) {
 	}
 
 	t.Run("events", func(t *testing.T) {
-		d := kit.WaitFor(t, 30*time.Second, "an Applied event from the operator for the SimpleWebApp", func(ctx context.Context) (bool, string) {
+		d := testkit.WaitFor(t, 30*time.Second, "an Applied event from the operator for the SimpleWebApp", func(ctx context.Context) (bool, string) {
 			return appliedEvent(ns, created.swa.UID)
 		}, env.waitOpts(diag))
 		t.Logf("Applied event seen after %s", d.Round(time.Millisecond))
@@ -93,7 +93,7 @@ func TestUserScenario(t *testing.T) {
 			t.Fatal(err)
 		}
 		var updated *app
-		kit.WaitFor(t, timeout, "5 Ready pods, all of the new pod template, and status Ready with readyReplicas=5 for the new generation",
+		testkit.WaitFor(t, timeout, "5 Ready pods, all of the new pod template, and status Ready with readyReplicas=5 for the new generation",
 			func(ctx context.Context) (bool, string) {
 				a, seen := state(ctx)
 				if a == nil {
@@ -134,7 +134,7 @@ func TestUserScenario(t *testing.T) {
 		if _, err := env.Kubectl.Admin(append([]string{"delete", "pod", "-n", ns, "--wait=false"}, victims...)...); err != nil {
 			t.Fatal(err)
 		}
-		kit.WaitFor(t, timeout, fmt.Sprintf("pods %v replaced, 5 Ready and status readyReplicas=5 with Ready=True", victims),
+		testkit.WaitFor(t, timeout, fmt.Sprintf("pods %v replaced, 5 Ready and status readyReplicas=5 with Ready=True", victims),
 			func(ctx context.Context) (bool, string) {
 				a, seen := state(ctx)
 				if a == nil {
@@ -158,7 +158,7 @@ func TestUserScenario(t *testing.T) {
 		if _, err := env.Kubectl.Admin("delete", "swa", appName, "-n", ns); err != nil {
 			t.Fatal(err)
 		}
-		kit.WaitFor(t, timeout, "every child of "+appName+" garbage-collected", func(ctx context.Context) (bool, string) {
+		testkit.WaitFor(t, timeout, "every child of "+appName+" garbage-collected", func(ctx context.Context) (bool, string) {
 			left, err := children(ctx, ns)
 			if err != nil {
 				return false, err.Error()
@@ -198,7 +198,7 @@ func TestOperatorLeastPrivilege(t *testing.T) {
 
 // e2eNS is every test's namespace: it enforces the restricted Pod Security
 // Standard, as the user's namespace would, and is deleted after the test.
-var e2eNS = kit.NS{Prefix: "e2e-", PodSecurity: "restricted", WaitForServiceAccount: true}
+var e2eNS = testkit.NS{Prefix: "e2e-", PodSecurity: "restricted", WaitForServiceAccount: true}
 
 // checkChildrenOwnedBy checks that the Deployment, Service and ConfigMaps of
 // the app each have a controller reference to the SimpleWebApp.

@@ -20,9 +20,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // tenantAttempts are SimpleWebApps a tenant with nothing but SimpleWebApp
@@ -71,7 +71,7 @@ func tenantAttempts() map[string][]webappv1.Patch {
 // operator stays small and alive.
 func TestTenantGetsNothingBeyondTheirRights(t *testing.T) {
 	ctx := t.Context()
-	ns := kit.Namespace(t, env.C, kit.NS{Prefix: "tenant-", WaitForServiceAccount: true}) // no Pod Security labels
+	ns := testkit.Namespace(t, env.C, testkit.NS{Prefix: "tenant-", WaitForServiceAccount: true}) // no Pod Security labels
 	tenant := tenantClient(t, ctx, ns)
 	if answer, _ := env.Kubectl.CanI(env.Kubectl.AdminKubeconfig, "create", "deployments", "-n", ns, "--as=system:serviceaccount:"+ns+":tenant"); answer != "no" {
 		t.Fatalf("the tenant may create Deployments (%q): the test would prove nothing", answer)
@@ -114,7 +114,7 @@ func TestTenantGetsNothingBeyondTheirRights(t *testing.T) {
 
 	for name := range attempts {
 		var took time.Duration
-		kit.WaitFor(t, timeout, name+" refused", func(ctx context.Context) (bool, string) {
+		testkit.WaitFor(t, timeout, name+" refused", func(ctx context.Context) (bool, string) {
 			swa := &webappv1.SimpleWebApp{}
 			if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swa); err != nil {
 				return false, err.Error()
@@ -212,7 +212,7 @@ func readyTime(t *testing.T, ctx context.Context, tenant client.Client, ns, pref
 	if also != nil {
 		also()
 	}
-	kit.WaitFor(t, timeout, fmt.Sprintf("%d %s SimpleWebApps Ready", n, prefix), func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, fmt.Sprintf("%d %s SimpleWebApps Ready", n, prefix), func(ctx context.Context) (bool, string) {
 		ready := 0
 		for i := range n {
 			swa := &webappv1.SimpleWebApp{}
@@ -263,7 +263,7 @@ func exposure(ctx context.Context, ns string) []string {
 // operatorCPU is the CPU seconds the operator process has used.
 func operatorCPU(t *testing.T) float64 {
 	t.Helper()
-	s, err := cluster.CPUSeconds(env.op.Pid())
+	s, err := localcluster.CPUSeconds(env.op.Pid())
 	if err != nil {
 		t.Fatal(err)
 	}

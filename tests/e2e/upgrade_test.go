@@ -2,7 +2,7 @@ package e2e
 
 // Versions delivered at run time through the operator's --channels-dir. The
 // tests start on the stable channel's version and write newer versions
-// (kit.NewVersion) into the directory: a channel moving to a new version
+// (testkit.NewVersion) into the directory: a channel moving to a new version
 // upgrades the apps that follow it, a version that never becomes Ready is
 // rolled back by the operator while the old pods keep serving, pinned apps
 // stay where they are, and a malformed channel file stalls its apps without
@@ -28,8 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // TestChannelUpgrade moves a channel from the stable version to a newer one
@@ -41,28 +41,28 @@ import (
 func TestChannelUpgrade(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	ns := kit.Namespace(t, env.C, e2eNS)
+	ns := testkit.Namespace(t, env.C, e2eNS)
 	const name, channel = "upgrade", "upgrade"
 	dep := name + "-web"
 	diag := diagFor(ns)
-	stable, next := kit.ChannelVersion(t, "stable"), kit.NewVersion(t, 1)
+	stable, next := testkit.ChannelVersion(t, "stable"), testkit.NewVersion(t, 1)
 
-	kit.CopyPackage(t, env.channels, stable, next, kit.MarkVersion(next))
-	kit.WriteChannel(t, env.channels, channel, stable)
+	testkit.CopyPackage(t, env.channels, stable, next, testkit.MarkVersion(next))
+	testkit.WriteChannel(t, env.channels, channel, stable)
 	createApp(t, ctx, ns, name, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](3), Channel: channel})
 	before := waitSettled(t, ns, name, 3, stable, diag)
 	if st := before.swa.Status; st.LastHealthyVersion != stable || st.Channel != channel {
 		t.Errorf("status lastHealthyVersion %q channel %q, want %s and %s", st.LastHealthyVersion, st.Channel, stable, channel)
 	}
 	if marker, err := getMarker(ctx, ns, name); !apierrors.IsNotFound(err) {
-		t.Errorf("%s has no ConfigMap %s, found %v (err %v)", stable, kit.MarkerName, marker, err)
+		t.Errorf("%s has no ConfigMap %s, found %v (err %v)", stable, testkit.MarkerName, marker, err)
 	}
 
 	honesty := &readyHonesty{ns: ns, name: name, dep: dep}
 	samples := startSampler(ctx, 50*time.Millisecond, honesty.sample)
 	written := time.Now()
-	kit.WriteChannel(t, env.channels, channel, stable, next)
-	pickup := kit.WaitFor(t, 30*time.Second, "status.version "+next+": the channel change picked up and applied", func(ctx context.Context) (bool, string) {
+	testkit.WriteChannel(t, env.channels, channel, stable, next)
+	pickup := testkit.WaitFor(t, 30*time.Second, "status.version "+next+": the channel change picked up and applied", func(ctx context.Context) (bool, string) {
 		var swa webappv1.SimpleWebApp
 		if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 			return false, err.Error()
@@ -92,7 +92,7 @@ func TestChannelUpgrade(t *testing.T) {
 	t.Logf("pods rolled from template %s to %s: %v", before.newestHash(), after.newestHash(), podNames(after.pods))
 	marker, err := getMarker(ctx, ns, name)
 	if err != nil {
-		t.Fatalf("%s: ConfigMap %s-%s: %v\n%s", next, name, kit.MarkerName, err, diag())
+		t.Fatalf("%s: ConfigMap %s-%s: %v\n%s", next, name, testkit.MarkerName, err, diag())
 	}
 	if ref := metav1.GetControllerOf(marker); ref == nil || ref.UID != after.swa.UID {
 		t.Errorf("ConfigMap %s controller reference %+v, want the SimpleWebApp (uid %s)", marker.Name, ref, after.swa.UID)
@@ -114,17 +114,17 @@ func TestChannelUpgrade(t *testing.T) {
 func TestBrokenVersionRollsBack(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	ns := kit.Namespace(t, env.C, e2eNS)
+	ns := testkit.Namespace(t, env.C, e2eNS)
 	const name, channel = "broken", "broken"
 	const upgradeTimeout = 10 * time.Second
 	dep := name + "-web"
 	diag := diagFor(ns)
 	// The broken version: the stable package plus a marker ConfigMap, with
 	// pods that never become Ready.
-	stable, brokenVersion := kit.ChannelVersion(t, "stable"), kit.NewVersion(t, 2)
+	stable, brokenVersion := testkit.ChannelVersion(t, "stable"), testkit.NewVersion(t, 2)
 
-	kit.CopyPackage(t, env.channels, stable, brokenVersion, kit.MarkVersion(brokenVersion), neverReady)
-	kit.WriteChannel(t, env.channels, channel, stable)
+	testkit.CopyPackage(t, env.channels, stable, brokenVersion, testkit.MarkVersion(brokenVersion), neverReady)
+	testkit.WriteChannel(t, env.channels, channel, stable)
 	createApp(t, ctx, ns, name, webappv1.SimpleWebAppSpec{
 		Replicas: ptr.To[int32](3), Channel: channel, UpgradeTimeout: &metav1.Duration{Duration: upgradeTimeout},
 	})
@@ -144,9 +144,9 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 	})
 
 	written := time.Now()
-	kit.WriteChannel(t, env.channels, channel, stable, brokenVersion)
+	testkit.WriteChannel(t, env.channels, channel, stable, brokenVersion)
 	var upgrade webappv1.UpgradeStatus
-	pickup := kit.WaitFor(t, 30*time.Second, "status.version "+brokenVersion+" and status.upgrade from "+stable+" to "+brokenVersion,
+	pickup := testkit.WaitFor(t, 30*time.Second, "status.version "+brokenVersion+" and status.upgrade from "+stable+" to "+brokenVersion,
 		func(ctx context.Context) (bool, string) {
 			var swa webappv1.SimpleWebApp
 			if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
@@ -166,9 +166,9 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 		t.Errorf("status.upgrade %+v, want from %s to %s", upgrade, stable, brokenVersion)
 	}
 	waitEvents(t, ns, uid, corev1.EventTypeNormal, "Upgrading", 1, diag)
-	kit.WaitFor(t, 30*time.Second, "a pod of "+brokenVersion+" (label "+cluster.NeverReadyLabel+") Running and not Ready", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, "a pod of "+brokenVersion+" (label "+localcluster.NeverReadyLabel+") Running and not Ready", func(ctx context.Context) (bool, string) {
 		var pods corev1.PodList
-		if err := env.C.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{cluster.NeverReadyLabel: "true"}); err != nil {
+		if err := env.C.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{localcluster.NeverReadyLabel: "true"}); err != nil {
 			return false, err.Error()
 		}
 		var seen []string
@@ -182,7 +182,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 	}, env.waitOpts(diag))
 
 	var rolledBack webappv1.SimpleWebApp
-	kit.WaitFor(t, upgradeTimeout+30*time.Second, "the operator rolling back by itself: status.version "+stable+", failedUpgrade.version "+brokenVersion+
+	testkit.WaitFor(t, upgradeTimeout+30*time.Second, "the operator rolling back by itself: status.version "+stable+", failedUpgrade.version "+brokenVersion+
 		", Ready=False and Stalled=True with reason RolledBack", func(ctx context.Context) (bool, string) {
 		if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &rolledBack); err != nil {
 			return false, err.Error()
@@ -209,7 +209,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 	}
 	waitEvents(t, ns, uid, corev1.EventTypeWarning, "RolledBack", 1, diag)
 
-	restored := kit.WaitFor(t, timeout, "every pod back on "+stable+"'s template "+serving.goodHash+" and Ready, no pod of "+brokenVersion+" left, its ConfigMap "+kit.MarkerName+" pruned",
+	restored := testkit.WaitFor(t, timeout, "every pod back on "+stable+"'s template "+serving.goodHash+" and Ready, no pod of "+brokenVersion+" left, its ConfigMap "+testkit.MarkerName+" pruned",
 		func(ctx context.Context) (bool, string) {
 			a, err := observe(ctx, ns, name, dep)
 			if err != nil {
@@ -219,11 +219,11 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 			if a.newestHash() != serving.goodHash {
 				problems = append(problems, fmt.Sprintf("newest template %q, want %s's %s", a.newestHash(), stable, serving.goodHash))
 			}
-			if _, ok := a.dep.Spec.Template.Labels[cluster.NeverReadyLabel]; ok {
-				problems = append(problems, "the Deployment's pod template still has "+cluster.NeverReadyLabel)
+			if _, ok := a.dep.Spec.Template.Labels[localcluster.NeverReadyLabel]; ok {
+				problems = append(problems, "the Deployment's pod template still has "+localcluster.NeverReadyLabel)
 			}
 			if _, err := getMarker(ctx, ns, name); !apierrors.IsNotFound(err) {
-				problems = append(problems, fmt.Sprintf("ConfigMap %s-%s of %s not pruned (err %v)", name, kit.MarkerName, brokenVersion, err))
+				problems = append(problems, fmt.Sprintf("ConfigMap %s-%s of %s not pruned (err %v)", name, testkit.MarkerName, brokenVersion, err))
 			}
 			return len(problems) == 0, strings.Join(problems, "; ") + "\n" + a.String()
 		}, env.waitOpts(diag))
@@ -246,7 +246,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 		}
 		pokes, polls := 0, 0
 		window := 2 * upgradeTimeout
-		kit.HoldsFor(t, window, stable+" kept after the rollback: pod template, Deployment generation, status, no new Upgrading event",
+		testkit.HoldsFor(t, window, stable+" kept after the rollback: pod template, Deployment generation, status, no new Upgrading event",
 			func(ctx context.Context) (bool, string) {
 				if polls%4 == 0 {
 					if err := pokeDeployment(ctx, ns, dep, pokes); err != nil {
@@ -263,7 +263,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 				if a.dep.Generation != base.Generation {
 					problems = append(problems, fmt.Sprintf("Deployment generation %d, was %d", a.dep.Generation, base.Generation))
 				}
-				if _, ok := a.dep.Spec.Template.Labels[cluster.NeverReadyLabel]; ok || a.newestHash() != serving.goodHash {
+				if _, ok := a.dep.Spec.Template.Labels[localcluster.NeverReadyLabel]; ok || a.newestHash() != serving.goodHash {
 					problems = append(problems, fmt.Sprintf("pod template %s (never-ready label %t), want %s's %s", a.newestHash(), ok, stable, serving.goodHash))
 				}
 				st := a.swa.Status
@@ -276,7 +276,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 					problems = append(problems, fmt.Sprintf("Upgrading events (err %v): %s", err, seen))
 				}
 				return len(problems) == 0, strings.Join(problems, "; ")
-			}, env.waitOpts(diag), kit.Every(500*time.Millisecond))
+			}, env.waitOpts(diag), testkit.Every(500*time.Millisecond))
 		t.Logf("%s kept for %s (2x upgradeTimeout) after the rollback: %d polls, %d reconciles provoked by poking the Deployment, no new Upgrading event",
 			stable, window, polls, pokes)
 	})
@@ -286,7 +286,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 	t.Run("retried-after-spec-change", func(t *testing.T) {
 		patchApp(t, ctx, ns, name, `{"spec":{"message":"Try the broken version again"}}`)
 		var swa webappv1.SimpleWebApp
-		retry := kit.WaitFor(t, 30*time.Second, "status.upgrade from "+stable+" to "+brokenVersion+" for the new generation", func(ctx context.Context) (bool, string) {
+		retry := testkit.WaitFor(t, 30*time.Second, "status.upgrade from "+stable+" to "+brokenVersion+" for the new generation", func(ctx context.Context) (bool, string) {
 			if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 				return false, err.Error()
 			}
@@ -299,7 +299,7 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 		waitEvents(t, ns, uid, corev1.EventTypeNormal, "Upgrading", 2, diag)
 
 		retried := time.Now()
-		kit.WaitFor(t, upgradeTimeout+30*time.Second, "the retry rolled back for the new generation", func(ctx context.Context) (bool, string) {
+		testkit.WaitFor(t, upgradeTimeout+30*time.Second, "the retry rolled back for the new generation", func(ctx context.Context) (bool, string) {
 			a, err := observe(ctx, ns, name, dep)
 			if err != nil {
 				return false, err.Error()
@@ -310,8 +310,8 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 				problems = append(problems, fmt.Sprintf("status.version %q failedUpgrade %+v, want %s and %s failed for generation %d",
 					st.Version, st.FailedUpgrade, stable, brokenVersion, swa.Generation))
 			}
-			if _, ok := a.dep.Spec.Template.Labels[cluster.NeverReadyLabel]; ok {
-				problems = append(problems, "the Deployment's pod template still has "+cluster.NeverReadyLabel)
+			if _, ok := a.dep.Spec.Template.Labels[localcluster.NeverReadyLabel]; ok {
+				problems = append(problems, "the Deployment's pod template still has "+localcluster.NeverReadyLabel)
 			}
 			return len(problems) == 0, strings.Join(problems, "; ") + "\n" + a.String()
 		}, env.waitOpts(diag))
@@ -320,15 +320,15 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 	})
 }
 
-// neverReady is a kit.Edit that makes a copied package the broken version:
-// a kustomize patch puts cluster.NeverReadyLabel on the pod template, so kwok
-// (cluster.NeverReadyStage) runs its pods without ever making them Ready.
+// neverReady is a testkit.Edit that makes a copied package the broken version:
+// a kustomize patch puts localcluster.NeverReadyLabel on the pod template, so kwok
+// (localcluster.NeverReadyStage) runs its pods without ever making them Ready.
 func neverReady(files map[string]string) error {
 	k := files["kustomization.yaml"]
 	if strings.Contains(k, "\npatches:") {
 		return errors.New("kustomization.yaml has patches already; merge the never-ready patch into them")
 	}
-	files["kustomization.yaml"] = "# A test version whose pods never become Ready on the test cluster (kwok stage for " + cluster.NeverReadyLabel + ").\n" +
+	files["kustomization.yaml"] = "# A test version whose pods never become Ready on the test cluster (kwok stage for " + localcluster.NeverReadyLabel + ").\n" +
 		k + `patches:
 - target: {kind: Deployment, name: web}
   patch: |
@@ -340,7 +340,7 @@ func neverReady(files map[string]string) error {
       template:
         metadata:
           labels:
-            ` + cluster.NeverReadyLabel + `: "true"
+            ` + localcluster.NeverReadyLabel + `: "true"
 `
 	return nil
 }
@@ -377,7 +377,7 @@ func (s *servingProbe) sample(ctx context.Context) {
 	ready := 0
 	var broken, brokenRunning, brokenReady int
 	for _, p := range pods.Items {
-		if p.Labels[cluster.NeverReadyLabel] == "true" {
+		if p.Labels[localcluster.NeverReadyLabel] == "true" {
 			broken++
 			if p.Status.Phase == corev1.PodRunning {
 				brokenRunning++
@@ -433,15 +433,15 @@ func (s *servingProbe) check(t *testing.T) {
 func TestPinnedVersionStays(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	ns := kit.Namespace(t, env.C, e2eNS)
+	ns := testkit.Namespace(t, env.C, e2eNS)
 	const channel = "pinned"
 	const pinnedName, followerName = "pinned", "follower"
 	pinnedDep := pinnedName + "-web"
 	diag := diagFor(ns)
-	stable, next := kit.ChannelVersion(t, "stable"), kit.NewVersion(t, 3)
+	stable, next := testkit.ChannelVersion(t, "stable"), testkit.NewVersion(t, 3)
 
-	kit.CopyPackage(t, env.channels, stable, next, kit.MarkVersion(next))
-	kit.WriteChannel(t, env.channels, channel, stable)
+	testkit.CopyPackage(t, env.channels, stable, next, testkit.MarkVersion(next))
+	testkit.WriteChannel(t, env.channels, channel, stable)
 	createApp(t, ctx, ns, pinnedName, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](2), Channel: channel, Version: stable})
 	createApp(t, ctx, ns, followerName, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](1), Channel: channel})
 	pinned := waitSettled(t, ns, pinnedName, 2, stable, diag)
@@ -451,7 +451,7 @@ func TestPinnedVersionStays(t *testing.T) {
 	}
 
 	written := time.Now()
-	kit.WriteChannel(t, env.channels, channel, stable, next)
+	testkit.WriteChannel(t, env.channels, channel, stable, next)
 	waitSettled(t, ns, followerName, 1, next, diag)
 	t.Logf("the app following channel %q moved to %s %s after the channel file was written", channel, next, time.Since(written).Round(time.Millisecond))
 
@@ -461,7 +461,7 @@ func TestPinnedVersionStays(t *testing.T) {
 		t.Fatal(err)
 	}
 	window := 6 * channelsPollInterval
-	polls := kit.HoldsFor(t, window, "the pinned app on "+stable+", Ready, its Deployment untouched",
+	polls := testkit.HoldsFor(t, window, "the pinned app on "+stable+", Ready, its Deployment untouched",
 		func(ctx context.Context) (bool, string) {
 			a, err := observe(ctx, ns, pinnedName, pinnedDep)
 			if err != nil {
@@ -473,10 +473,10 @@ func TestPinnedVersionStays(t *testing.T) {
 					a.dep.Generation, a.newestHash(), pinned.dep.Generation, pinned.newestHash(), seen)
 			}
 			if _, err := getMarker(ctx, ns, pinnedName); !apierrors.IsNotFound(err) {
-				ok, seen = false, fmt.Sprintf("ConfigMap %s-%s of %s (err %v)\n%s", pinnedName, kit.MarkerName, next, err, seen)
+				ok, seen = false, fmt.Sprintf("ConfigMap %s-%s of %s (err %v)\n%s", pinnedName, testkit.MarkerName, next, err, seen)
 			}
 			return ok, seen
-		}, env.waitOpts(diag), kit.Every(channelsPollInterval/2))
+		}, env.waitOpts(diag), testkit.Every(channelsPollInterval/2))
 	t.Logf("pinned app stayed on %s with Deployment generation %d for %s (%d polls) after the channel moved", stable, pinned.dep.Generation, window, polls)
 
 	unpinned := time.Now()
@@ -491,7 +491,7 @@ func TestPinnedVersionStays(t *testing.T) {
 		t.Errorf("pod template %s unchanged after moving to %s", moved.newestHash(), next)
 	}
 	if _, err := getMarker(ctx, ns, pinnedName); err != nil {
-		t.Errorf("%s: ConfigMap %s-%s: %v", next, pinnedName, kit.MarkerName, err)
+		t.Errorf("%s: ConfigMap %s-%s: %v", next, pinnedName, testkit.MarkerName, err)
 	}
 }
 
@@ -501,13 +501,13 @@ func TestPinnedVersionStays(t *testing.T) {
 func TestMalformedChannelFile(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	ns := kit.Namespace(t, env.C, e2eNS)
+	ns := testkit.Namespace(t, env.C, e2eNS)
 	const name, channel = "malformed", "malformed"
 	dep := name + "-web"
 	diag := diagFor(ns)
-	stable := kit.ChannelVersion(t, "stable")
+	stable := testkit.ChannelVersion(t, "stable")
 
-	kit.WriteChannel(t, env.channels, channel, stable)
+	testkit.WriteChannel(t, env.channels, channel, stable)
 	createApp(t, ctx, ns, name, webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](2), Channel: channel})
 	good := waitSettled(t, ns, name, 2, stable, diag)
 	uid := good.swa.UID
@@ -526,8 +526,8 @@ func TestMalformedChannelFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			written := time.Now()
-			kit.WriteChannelFile(t, env.channels, channel, bad.content)
-			stalled := kit.WaitFor(t, 30*time.Second, "Stalled=True and Ready=False with reason ChannelInvalid", func(ctx context.Context) (bool, string) {
+			testkit.WriteChannelFile(t, env.channels, channel, bad.content)
+			stalled := testkit.WaitFor(t, 30*time.Second, "Stalled=True and Ready=False with reason ChannelInvalid", func(ctx context.Context) (bool, string) {
 				var swa webappv1.SimpleWebApp
 				if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
 					return false, err.Error()
@@ -539,7 +539,7 @@ func TestMalformedChannelFile(t *testing.T) {
 			t.Logf("channel file with %s: Stalled/ChannelInvalid %s after it was written", bad.what, stalled.Round(time.Millisecond))
 			waitEvents(t, ns, uid, corev1.EventTypeWarning, "ChannelInvalid", events+1, diag)
 
-			polls := kit.HoldsFor(t, 4*channelsPollInterval, "the app stalled on "+stable+" with its objects untouched",
+			polls := testkit.HoldsFor(t, 4*channelsPollInterval, "the app stalled on "+stable+" with its objects untouched",
 				func(ctx context.Context) (bool, string) {
 					var swa webappv1.SimpleWebApp
 					if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &swa); err != nil {
@@ -550,11 +550,11 @@ func TestMalformedChannelFile(t *testing.T) {
 						return false, fmt.Sprintf("Stalled=%s/%s status.version %q", s.Status, s.Reason, swa.Status.Version)
 					}
 					return sameResourceVersions(ctx, ns, name, untouched)
-				}, env.waitOpts(diag), kit.Every(channelsPollInterval/2))
+				}, env.waitOpts(diag), testkit.Every(channelsPollInterval/2))
 			t.Logf("objects untouched while stalled (%d polls over %s)", polls, 4*channelsPollInterval)
 
 			fixed := time.Now()
-			kit.WriteChannel(t, env.channels, channel, stable)
+			testkit.WriteChannel(t, env.channels, channel, stable)
 			waitSettled(t, ns, name, 2, stable, diag)
 			t.Logf("fixed channel file: Ready again %s after it was written (%s since the bad file)",
 				time.Since(fixed).Round(time.Millisecond), time.Since(written).Round(time.Millisecond))
@@ -628,8 +628,8 @@ func sameResourceVersions(ctx context.Context, ns, name string, want map[string]
 	return len(diffs) == 0, "objects changed: " + strings.Join(diffs, "; ")
 }
 
-// getMarker reads the ConfigMap kit.MarkVersion adds, of the app name.
+// getMarker reads the ConfigMap testkit.MarkVersion adds, of the app name.
 func getMarker(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
 	cm := &corev1.ConfigMap{}
-	return cm, env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-" + kit.MarkerName}, cm)
+	return cm, env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-" + testkit.MarkerName}, cm)
 }

@@ -13,11 +13,11 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 
-	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/internal/localcluster"
 )
 
 func TestGeneratedFilesAreCurrent(t *testing.T) {
-	root, err := cluster.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 // `kubectl explain swa --recursive` describes every field: each property in
 // the CRD schema has a description (from the Go doc comments).
 func TestEveryFieldIsDescribed(t *testing.T) {
-	root, err := cluster.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

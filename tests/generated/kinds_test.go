@@ -16,13 +16,14 @@ import (
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/channels"
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/guard"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // Every kind that any package version renders, for specs that switch every
-// optional object on, is in controllers.ManagedKinds, and the generated role
+// optional object on, is in render.ManagedKinds, and the generated role
 // lets the operator cache, create, apply and prune it: a package that adds a
 // kind without the Go side fails here, not in a cluster.
 func TestEveryRenderedKindIsManagedAndAllowed(t *testing.T) {
@@ -31,15 +32,15 @@ func TestEveryRenderedKindIsManagedAndAllowed(t *testing.T) {
 		{Replicas: new(int32(1))},
 		{Replicas: new(int32(3)), Autoscaling: &webappv1.Autoscaling{MinReplicas: 2, MaxReplicas: 5, TargetCPUUtilizationPercentage: 80}},
 	}
-	for _, version := range kit.Versions(t) {
+	for _, version := range testkit.Versions(t) {
 		for _, spec := range specs {
 			swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: "kinds", Namespace: "demo"}, Spec: spec}
 			swa.Spec.Version = version
-			rel, err := controllers.Channels{FS: channels.FS}.Resolve(context.Background(), swa.Spec)
+			rel, err := render.Channels{FS: channels.FS}.Resolve(context.Background(), swa.Spec)
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, err := controllers.Render(rel, swa)
+			r, err := render.Render(rel, swa)
 			if err != nil {
 				t.Fatalf("%s: %v", version, err)
 			}
@@ -49,16 +50,16 @@ func TestEveryRenderedKindIsManagedAndAllowed(t *testing.T) {
 		}
 	}
 	managed := map[schema.GroupVersionKind]bool{}
-	for _, k := range controllers.ManagedKinds {
+	for _, k := range render.ManagedKinds {
 		managed[k.GVK] = true
 	}
 	for gvk := range rendered {
 		if !managed[gvk] {
-			t.Errorf("packages render %s, which controllers.ManagedKinds does not list", gvk)
+			t.Errorf("packages render %s, which render.ManagedKinds does not list", gvk)
 		}
 	}
 
-	root, err := cluster.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,11 +71,11 @@ func TestEveryRenderedKindIsManagedAndAllowed(t *testing.T) {
 	if err := yaml.UnmarshalStrict(raw, role); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range controllers.ManagedKinds {
+	for _, k := range render.ManagedKinds {
 		resource := strings.ToLower(k.GVK.Kind) + "s"
 		for _, verb := range []string{"get", "list", "watch", "create", "patch", "delete"} {
 			if !allows(role, k.GVK.Group, resource, verb) {
-				t.Errorf("config/rbac/role.yaml does not allow %s on %s.%s: add an RBAC marker in controllers/kinds.go and run make manifests", verb, resource, k.GVK.Group)
+				t.Errorf("config/rbac/role.yaml does not allow %s on %s.%s: add an RBAC marker in internal/render/kinds.go and run make manifests", verb, resource, k.GVK.Group)
 			}
 		}
 	}
@@ -98,7 +99,7 @@ func allows(role *rbacv1.ClusterRole, group, resource, verb string) bool {
 // older release's) is named field by field, so the operator refuses to start
 // against it with a clear message.
 func TestCRDCheckNamesMissingFields(t *testing.T) {
-	root, err := cluster.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +111,7 @@ func TestCRDCheckNamesMissingFields(t *testing.T) {
 	if err := yaml.Unmarshal(raw, crd); err != nil {
 		t.Fatal(err)
 	}
-	if missing, err := controllers.MissingCRDFields(crd); err != nil || len(missing) != 0 {
+	if missing, err := guard.MissingCRDFields(crd); err != nil || len(missing) != 0 {
 		t.Fatalf("the committed CRD lacks %v (%v)", missing, err)
 	}
 	old := crd.DeepCopy()
@@ -119,7 +120,7 @@ func TestCRDCheckNamesMissingFields(t *testing.T) {
 	status := schema.Properties["status"]
 	delete(status.Properties, "appliedGeneration")
 	schema.Properties["status"] = status
-	missing, err := controllers.MissingCRDFields(old)
+	missing, err := guard.MissingCRDFields(old)
 	if err != nil || !slices.Equal(missing, []string{"spec.suspend", "status.appliedGeneration"}) {
 		t.Fatalf("missing %v (%v), want spec.suspend and status.appliedGeneration", missing, err)
 	}

@@ -20,8 +20,9 @@ import (
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/channels"
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/apply"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -49,8 +50,8 @@ func loadCases(t *testing.T) map[string]*webappv1.SimpleWebApp {
 }
 
 func TestRenderEveryVersion(t *testing.T) {
-	src := controllers.Channels{FS: channels.FS}
-	versions := kit.Versions(t)
+	src := render.Channels{FS: channels.FS}
+	versions := testkit.Versions(t)
 	for _, version := range versions {
 		for name, swa := range loadCases(t) {
 			t.Run(version+"/"+name, func(t *testing.T) {
@@ -60,7 +61,7 @@ func TestRenderEveryVersion(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				rendered, err := controllers.Render(rel, swa)
+				rendered, err := render.Render(rel, swa)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -78,7 +79,7 @@ func TestRenderEveryVersion(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					out.WriteString("--- # fields applied by " + controllers.HandoffManager + "\n")
+					out.WriteString("--- # fields applied by " + apply.HandoffManager + "\n")
 					out.Write(b)
 				}
 				compare(t, filepath.Join("testdata", version, name+".yaml"), out.Bytes())
@@ -98,20 +99,20 @@ func TestRenderEveryVersion(t *testing.T) {
 }
 
 // Every channel resolves to a version that renders, and the tests' reading
-// of the channel files (kit.ChannelVersion) agrees with the operator's.
+// of the channel files (testkit.ChannelVersion) agrees with the operator's.
 func TestEveryChannelResolves(t *testing.T) {
-	for _, name := range kit.ChannelNames(t) {
-		rel, err := controllers.Channels{FS: channels.FS}.Resolve(context.Background(), webappv1.SimpleWebAppSpec{Channel: name})
+	for _, name := range testkit.ChannelNames(t) {
+		rel, err := render.Channels{FS: channels.FS}.Resolve(context.Background(), webappv1.SimpleWebAppSpec{Channel: name})
 		if err != nil {
 			t.Errorf("channel %s: %v", name, err)
 			continue
 		}
-		if want := kit.ChannelVersion(t, name); rel.Version != want {
-			t.Errorf("channel %s: the operator resolves %s, kit.ChannelVersion says %s", name, rel.Version, want)
+		if want := testkit.ChannelVersion(t, name); rel.Version != want {
+			t.Errorf("channel %s: the operator resolves %s, testkit.ChannelVersion says %s", name, rel.Version, want)
 		}
 		swa := &webappv1.SimpleWebApp{}
 		swa.Name, swa.Namespace = "x", "demo"
-		if _, err := controllers.Render(rel, swa); err != nil {
+		if _, err := render.Render(rel, swa); err != nil {
 			t.Errorf("channel %s version %s: %v", name, rel.Version, err)
 		}
 	}
@@ -129,8 +130,8 @@ func TestPackageDefaultsMatchCRD(t *testing.T) {
 		t.Fatal(err)
 	}
 	props := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties
-	for _, version := range kit.Versions(t) {
-		raw, err := fs.ReadFile(channels.FS, "packages/"+controllers.PackageName+"/"+version+"/instance.yaml")
+	for _, version := range testkit.Versions(t) {
+		raw, err := fs.ReadFile(channels.FS, "packages/"+render.PackageName+"/"+version+"/instance.yaml")
 		if err != nil {
 			t.Fatal(err)
 		}

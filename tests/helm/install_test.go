@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // TestInstallAndHelmTest on the full local cluster: a bad value makes
@@ -27,8 +27,8 @@ func TestInstallAndHelmTest(t *testing.T) {
 	e := clusterEnv(t)
 	ctx := t.Context()
 	const release = "swa"
-	ns := kit.Namespace(t, e.C, kit.NS{Name: "swa-helm", PodSecurity: "restricted", WaitForServiceAccount: true, Keep: true})
-	apps := kit.Namespace(t, e.C, kit.NS{Name: "apps", WaitForServiceAccount: true, Keep: true})
+	ns := testkit.Namespace(t, e.C, testkit.NS{Name: "swa-helm", PodSecurity: "restricted", WaitForServiceAccount: true, Keep: true})
+	apps := testkit.Namespace(t, e.C, testkit.NS{Name: "apps", WaitForServiceAccount: true, Keep: true})
 	kc := e.Cluster.Kubeconfig
 
 	_, _, err := runHelm(t, kc, "install", release, chartDir, "-n", ns, "--set", "replicaCount=two")
@@ -62,7 +62,7 @@ func TestInstallAndHelmTest(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(op.Kill)
-	opDiag := kit.Diag(func() string { return "--- operator log ---\n" + op.LogTail(30) })
+	opDiag := testkit.Diag(func() string { return "--- operator log ---\n" + op.LogTail(30) })
 	if err := op.WaitReady(ctx, 60*time.Second); err != nil {
 		t.Fatalf("%v\n%s", err, op.LogTail(30))
 	}
@@ -72,12 +72,12 @@ func TestInstallAndHelmTest(t *testing.T) {
 	if err := e.C.Create(ctx, swa); err != nil {
 		t.Fatal(err)
 	}
-	kit.WaitFor(t, 2*time.Minute, "SimpleWebApp apps/my-webapp Ready under the Helm-installed identity", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "SimpleWebApp apps/my-webapp Ready under the Helm-installed identity", func(ctx context.Context) (bool, string) {
 		if err := e.C.Get(ctx, client.ObjectKeyFromObject(swa), swa); err != nil {
 			return false, err.Error()
 		}
 		return apimeta.IsStatusConditionTrue(swa.Status.Conditions, "Ready"), fmt.Sprintf("%+v", swa.Status.Conditions)
-	}, opDiag, kit.Every(200*time.Millisecond))
+	}, opDiag, testkit.Every(200*time.Millisecond))
 
 	kubelet := startTestKubelet(t, e, ns)
 	t0 = time.Now()
@@ -98,13 +98,13 @@ func TestInstallAndHelmTest(t *testing.T) {
 	if _, err := e.Kubectl.Admin("-n", ns, "scale", "deployment/"+release+"-controller-manager", "--replicas=0"); err != nil {
 		t.Fatal(err)
 	}
-	kit.WaitFor(t, time.Minute, "no operator pod left", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, time.Minute, "no operator pod left", func(ctx context.Context) (bool, string) {
 		pods, err := e.CS.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "control-plane=controller-manager"})
 		if err != nil {
 			return false, err.Error()
 		}
 		return len(pods.Items) == 0, fmt.Sprintf("%d pods", len(pods.Items))
-	}, kit.Every(200*time.Millisecond))
+	}, testkit.Every(200*time.Millisecond))
 	if _, _, err := runHelm(t, kc, "test", release, "-n", ns, "--timeout=3m"); err == nil {
 		t.Fatal("helm test passed with no operator pod")
 	}

@@ -1,5 +1,5 @@
 // Package helm tests the Helm chart config/helm/simplewebapp-operator with
-// the helm CLI built by tests/tools/build.sh: its values schema rejects bad
+// the helm CLI built by hack/tools/build.sh: its values schema rejects bad
 // values, each toggle renders what it says, the copies of generated files
 // and the README's values table are current, `helm lint --strict` passes,
 // and on a full local cluster `helm install` works, the installed operator
@@ -11,7 +11,7 @@ package helm_test
 import (
 	"bytes"
 	"context"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 	"flag"
 	"fmt"
 	"os"
@@ -27,8 +27,8 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/operatortest"
 )
 
 const chartDir = "config/helm/simplewebapp-operator"
@@ -48,7 +48,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	ctrllog.SetLogger(logr.Discard()) // the tests' own clients log nothing
 	var err error
-	if repoRoot, err = cluster.RepoRoot(); err != nil {
+	if repoRoot, err = localcluster.RepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -75,16 +75,16 @@ func clusterEnv(t *testing.T) *operatortest.Env {
 	return shared.env
 }
 
-// helmBin is the helm CLI built by tests/tools/build.sh.
+// helmBin is the helm CLI built by hack/tools/build.sh.
 func helmBin(t *testing.T) string {
 	t.Helper()
-	dir, err := cluster.BinDir()
+	dir, err := localcluster.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, "helm")
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("helm: %v (tests/tools/build.sh builds it: make tools)", err)
+		t.Fatalf("helm: %v (hack/tools/build.sh builds it: make tools)", err)
 	}
 	return p
 }
@@ -128,15 +128,15 @@ func template(t *testing.T, args ...string) []*unstructured.Unstructured {
 
 // parse splits multi-document YAML into objects, skipping empty documents.
 func parse(t *testing.T, data []byte) []*unstructured.Unstructured {
-	return kit.ParseYAML(t, data)
+	return testkit.ParseYAML(t, data)
 }
 
 func key(u *unstructured.Unstructured) string {
-	return kit.ObjectKey(u)
+	return testkit.ObjectKey(u)
 }
 
 func keys(objs []*unstructured.Unstructured) []string {
-	return kit.ObjectKeys(objs)
+	return testkit.ObjectKeys(objs)
 }
 
 // find returns the object with kind, namespace and name, or nil.

@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // Generous: the machine has 2 cores and other test packages run alongside.
@@ -76,7 +76,7 @@ func TestKustomizeInstall(t *testing.T) {
 // makeWithOnlyKubectl runs `make target` against the cluster with a PATH that
 // holds only kubectl (the cluster's, standing for the user's), go and bash:
 // install targets need no tool of this project.
-func makeWithOnlyKubectl(t *testing.T, c *cluster.Cluster, target string) {
+func makeWithOnlyKubectl(t *testing.T, c *localcluster.Cluster, target string) {
 	t.Helper()
 	pathDir := t.TempDir()
 	links := map[string]string{"kubectl": tool(t, "kubectl")}
@@ -117,7 +117,7 @@ func TestHelmInstall(t *testing.T) {
 	c, cs, cl := fullCluster(t)
 	const release, manager = "swa-helm", "swa-install-test-helm"
 	// A namespace that enforces the restricted Pod Security Standard.
-	ns := kit.Namespace(t, cl, kit.NS{Name: "swa-helm", PodSecurity: "restricted", Keep: true})
+	ns := testkit.Namespace(t, cl, testkit.NS{Name: "swa-helm", PodSecurity: "restricted", Keep: true})
 	objs := parse(t, helmTemplate(t, release, ns))
 	dryRun(t, c, manager, objs)
 	if _, err := cs.AppsV1().Deployments(ns).Get(t.Context(), release+"-controller-manager", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
@@ -132,7 +132,7 @@ func TestHelmInstall(t *testing.T) {
 
 // dryRun server-side applies objs with --dry-run=server: every object must be
 // admitted (validation, admission, Pod Security) without any warning.
-func dryRun(t *testing.T, c *cluster.Cluster, manager string, objs []*unstructured.Unstructured) {
+func dryRun(t *testing.T, c *localcluster.Cluster, manager string, objs []*unstructured.Unstructured) {
 	t.Helper()
 	t0 := time.Now()
 	out, warnings, err := kubectl(t, c, toYAML(t, objs...), "apply", "--server-side", "--dry-run=server", "--field-manager="+manager, "-f", "-")
@@ -149,7 +149,7 @@ func dryRun(t *testing.T, c *cluster.Cluster, manager string, objs []*unstructur
 }
 
 // apply server-side applies objs for real and waits for the CRD.
-func apply(t *testing.T, c *cluster.Cluster, manager string, objs []*unstructured.Unstructured) {
+func apply(t *testing.T, c *localcluster.Cluster, manager string, objs []*unstructured.Unstructured) {
 	t.Helper()
 	out, warnings, err := kubectl(t, c, toYAML(t, objs...), "apply", "--server-side", "--field-manager="+manager, "-f", "-")
 	if err != nil {
@@ -170,20 +170,20 @@ func apply(t *testing.T, c *cluster.Cluster, manager string, objs []*unstructure
 // metrics Service has them as endpoints, and the ServiceAccount may do what
 // the operator does: the bindings name the prefixed ServiceAccount in the
 // right namespace.
-func checkRunning(t *testing.T, c *cluster.Cluster, cs kubernetes.Interface, ns, deployName, sa, svc, clusterRole string) {
+func checkRunning(t *testing.T, c *localcluster.Cluster, cs kubernetes.Interface, ns, deployName, sa, svc, clusterRole string) {
 	t.Helper()
 	ctx := t.Context()
 	describeEvents := func() string {
 		ev, _, _ := kubectl(t, c, nil, "get", "events", "-n", ns, "--sort-by=.lastTimestamp")
 		return "--- events ---\n" + ev
 	}
-	events := kit.Diag(describeEvents)
-	kit.WaitFor(t, podsTimeout, fmt.Sprintf("Deployment %s/%s rolled out, its ReplicaSet running 2 pods", ns, deployName), func(ctx context.Context) (bool, string) {
+	events := testkit.Diag(describeEvents)
+	testkit.WaitFor(t, podsTimeout, fmt.Sprintf("Deployment %s/%s rolled out, its ReplicaSet running 2 pods", ns, deployName), func(ctx context.Context) (bool, string) {
 		dep, err := cs.AppsV1().Deployments(ns).Get(ctx, deployName, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		rolledOut, rollout := kit.DeploymentRolledOut(dep)
+		rolledOut, rollout := testkit.DeploymentRolledOut(dep)
 		rs, err := replicaSetOf(ctx, cs, ns, dep)
 		if err != nil || rs == nil {
 			return false, fmt.Sprintf("no ReplicaSet yet (%v)", err)
@@ -213,9 +213,9 @@ func checkRunning(t *testing.T, c *cluster.Cluster, cs kubernetes.Interface, ns,
 		}
 		return rolledOut && running == 2 && len(summary) == 2, fmt.Sprintf("%s; ReplicaSet %s: %d/%d pods created%s; pods: %v",
 			rollout, rs.Name, rs.Status.Replicas, ptr.Deref(rs.Spec.Replicas, 1), failure, summary)
-	}, kit.Every(200*time.Millisecond), events)
+	}, testkit.Every(200*time.Millisecond), events)
 
-	kit.WaitFor(t, podsTimeout, fmt.Sprintf("metrics Service %s/%s with 2 ready endpoints on 8443", ns, svc), func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, podsTimeout, fmt.Sprintf("metrics Service %s/%s with 2 ready endpoints on 8443", ns, svc), func(ctx context.Context) (bool, string) {
 		slices, err := cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
 		if err != nil {
 			return false, err.Error()
@@ -232,7 +232,7 @@ func checkRunning(t *testing.T, c *cluster.Cluster, cs kubernetes.Interface, ns,
 			}
 		}
 		return ready == 2 && port == 8443, fmt.Sprintf("%d EndpointSlices, %d ready endpoints, port %d", len(slices.Items), ready, port)
-	}, kit.Every(200*time.Millisecond), events)
+	}, testkit.Every(200*time.Millisecond), events)
 
 	// The RBAC authorizer sees new bindings through an informer: wait.
 	as := "--as=system:serviceaccount:" + ns + ":" + sa
@@ -252,11 +252,11 @@ func checkRunning(t *testing.T, c *cluster.Cluster, cs kubernetes.Interface, ns,
 		{[]string{"delete", "customresourcedefinitions.apiextensions.k8s.io"}, "no"},
 	} {
 		args := append([]string{"auth", "can-i", as}, check.args...)
-		kit.WaitFor(t, 60*time.Second, fmt.Sprintf("can-i %s: %s", strings.Join(check.args, " "), check.want), func(context.Context) (bool, string) {
+		testkit.WaitFor(t, 60*time.Second, fmt.Sprintf("can-i %s: %s", strings.Join(check.args, " "), check.want), func(context.Context) (bool, string) {
 			out, _, _ := kubectl(t, c, nil, args...) // exit status 1 for "no"
 			got := strings.TrimSpace(out)
 			return got == check.want, "answer: " + got
-		}, kit.Every(200*time.Millisecond))
+		}, testkit.Every(200*time.Millisecond))
 	}
 	if _, err := cs.RbacV1().ClusterRoles().Get(ctx, clusterRole, metav1.GetOptions{}); err != nil {
 		t.Errorf("ClusterRole %s: %v", clusterRole, err)

@@ -18,10 +18,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // seedSample is the user's first example, a verbatim copy of the seed
@@ -53,7 +53,7 @@ func TestInstallYAML(t *testing.T) {
 	// A cluster of its own: config/default's objects and names are the ones
 	// TestKustomizeInstall deploys in the package's shared cluster.
 	t0 := time.Now()
-	c, err := cluster.Start(t.Context(), cluster.Options{Profile: cluster.ProfileFull})
+	c, err := localcluster.Start(t.Context(), localcluster.Options{Profile: localcluster.ProfileFull})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +116,7 @@ func TestInstallYAML(t *testing.T) {
 	if who, _, err := kubectl(t, c, nil, "--kubeconfig="+kubeconfig, "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"); err != nil || who != "system:serviceaccount:"+namespace+":"+serviceAccount {
 		t.Fatalf("the operator's kubeconfig authenticates as %q (%v)", who, err)
 	}
-	ports, err := cluster.FreePorts(1)
+	ports, err := localcluster.FreePorts(1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,21 +146,21 @@ func TestInstallYAML(t *testing.T) {
 			t.Errorf("%v\n%s", err, op.LogTail(20))
 		}
 	})
-	logs := kit.Diag(func() string { return "--- operator log ---\n" + op.LogTail(40) })
+	logs := testkit.Diag(func() string { return "--- operator log ---\n" + op.LogTail(40) })
 	if err := op.WaitReady(t.Context(), 2*time.Minute); err != nil {
 		t.Fatalf("%v\n%s", err, op.LogTail(40))
 	}
 
-	ns := kit.Namespace(t, cl, kit.NS{Prefix: "seed-", PodSecurity: "restricted", WaitForServiceAccount: true})
+	ns := testkit.Namespace(t, cl, testkit.NS{Prefix: "seed-", PodSecurity: "restricted", WaitForServiceAccount: true})
 	t0 = time.Now()
 	if _, _, err := kubectl(t, c, sample, "apply", "-n", ns, "-f", "-"); err != nil {
 		t.Fatal(err)
 	}
-	kit.WaitFor(t, 3*time.Minute, "the seed sample my-webapp Ready under the installed operator", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 3*time.Minute, "the seed sample my-webapp Ready under the installed operator", func(ctx context.Context) (bool, string) {
 		out, _, err := kubectl(t, c, nil, "get", "-n", ns, "swa", "my-webapp", "-o",
 			`jsonpath={.status.readyReplicas}/{.spec.replicas} Ready={.status.conditions[?(@.type=="Ready")].status}: {.status.conditions[?(@.type=="Ready")].message}`)
 		return err == nil && strings.Contains(out, "3/3 Ready=True"), fmt.Sprint(out, err)
-	}, kit.Every(100*time.Millisecond), logs)
+	}, testkit.Every(100*time.Millisecond), logs)
 	t.Logf("FIGURE seed sample Ready under the installed ServiceAccount: %s", time.Since(t0).Round(time.Millisecond))
 	if _, _, err := kubectl(t, c, nil, "wait", "-n", ns, "--for=condition=Ready", "swa/my-webapp", "--timeout=10s"); err != nil {
 		t.Error(err)
@@ -174,13 +174,13 @@ func TestInstallYAML(t *testing.T) {
 	for _, f := range web.ManagedFields {
 		managers[f.Manager] = true
 	}
-	if !managers[controllers.ManagerName] {
-		t.Errorf("field managers of my-webapp-web: %v, want %s among them", managers, controllers.ManagerName)
+	if !managers[render.ManagerName] {
+		t.Errorf("field managers of my-webapp-web: %v, want %s among them", managers, render.ManagerName)
 	}
 
 	// It says which build it is.
-	if !strings.Contains(op.LogLinesWith(`"version":"`+version(t)+`"`, 5), "simplewebapp-operator") {
-		t.Errorf("no start-up log line with version %s:\n%s", version(t), op.LogTail(20))
+	if !strings.Contains(op.LogLinesWith(`"version":"`+projectVersion(t)+`"`, 5), "simplewebapp-operator") {
+		t.Errorf("no start-up log line with version %s:\n%s", projectVersion(t), op.LogTail(20))
 	}
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
@@ -189,7 +189,7 @@ func TestInstallYAML(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	info := regexp.MustCompile(`(?m)^simplewebapp_build_info\{.*\} 1$`).FindString(string(body))
-	for _, want := range []string{`,version="` + version(t) + `"`, `revision="`, `goversion="go`} {
+	for _, want := range []string{`,version="` + projectVersion(t) + `"`, `revision="`, `goversion="go`} {
 		if !strings.Contains(info, want) {
 			t.Errorf("simplewebapp_build_info %q lacks %s", info, want)
 		}

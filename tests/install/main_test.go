@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"example.com/simplewebapp-operator/tests/kit"
 	"flag"
 	"fmt"
 	"io"
@@ -16,13 +15,15 @@ import (
 	"testing"
 	"time"
 
+	"example.com/simplewebapp-operator/internal/testkit"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"example.com/simplewebapp-operator/hack/install"
-	"example.com/simplewebapp-operator/tests/cluster"
+	"example.com/simplewebapp-operator/internal/localcluster"
 )
 
 // The names config/default installs (kubebuilder layout: namePrefix
@@ -45,7 +46,7 @@ var (
 
 	shared struct {
 		once sync.Once
-		c    *cluster.Cluster
+		c    *localcluster.Cluster
 		cs   kubernetes.Interface
 		cl   client.Client
 		err  error
@@ -59,7 +60,7 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	var err error
-	if repoRoot, err = cluster.RepoRoot(); err != nil {
+	if repoRoot, err = localcluster.RepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -81,7 +82,7 @@ func run(m *testing.M) int {
 // fullCluster returns the package's full local cluster (controller-manager,
 // scheduler, kwok nodes, Pod Security admission), started by the first test
 // that needs it and stopped by TestMain, with admin clients.
-func fullCluster(t *testing.T) (*cluster.Cluster, kubernetes.Interface, client.Client) {
+func fullCluster(t *testing.T) (*localcluster.Cluster, kubernetes.Interface, client.Client) {
 	t.Helper()
 	shared.once.Do(func() {
 		logw := io.Discard
@@ -90,7 +91,7 @@ func fullCluster(t *testing.T) (*cluster.Cluster, kubernetes.Interface, client.C
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute) // a cold tools build included
 		defer cancel()
-		c, err := cluster.Start(ctx, cluster.Options{Profile: cluster.ProfileFull, LogWriter: logw})
+		c, err := localcluster.Start(ctx, localcluster.Options{Profile: localcluster.ProfileFull, LogWriter: logw})
 		if err != nil {
 			shared.err = err
 			return
@@ -107,23 +108,23 @@ func fullCluster(t *testing.T) (*cluster.Cluster, kubernetes.Interface, client.C
 	return shared.c, shared.cs, shared.cl
 }
 
-// tool returns the path of a binary built by tests/tools/build.sh.
+// tool returns the path of a binary built by hack/tools/build.sh.
 func tool(t *testing.T, name string) string {
 	t.Helper()
-	dir, err := cluster.BinDir()
+	dir, err := localcluster.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, name)
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("%s: %v (tests/tools/build.sh builds it: make tools; SWA_BIN_DIR=%q)", name, err, os.Getenv("SWA_BIN_DIR"))
+		t.Fatalf("%s: %v (hack/tools/build.sh builds it: make tools; SWA_BIN_DIR=%q)", name, err, os.Getenv("SWA_BIN_DIR"))
 	}
 	return p
 }
 
 // kubectl runs the cluster's kubectl (never the one on PATH) as the cluster
 // admin, with stdin, and returns stdout and stderr (warnings).
-func kubectl(t *testing.T, c *cluster.Cluster, stdin []byte, args ...string) (string, string, error) {
+func kubectl(t *testing.T, c *localcluster.Cluster, stdin []byte, args ...string) (string, string, error) {
 	t.Helper()
 	full := append([]string{"--kubeconfig=" + c.Kubeconfig, "--cache-dir=" + filepath.Join(tmpDir, "kubectl-cache")}, args...)
 	cmd := exec.CommandContext(t.Context(), tool(t, "kubectl"), full...)
@@ -147,7 +148,7 @@ func helmTemplate(t *testing.T, release, ns string, args ...string) []byte {
 	return []byte(helm(t, full...))
 }
 
-// helm runs the helm CLI built by tests/tools/build.sh and returns its stdout.
+// helm runs the helm CLI built by hack/tools/build.sh and returns its stdout.
 func helm(t *testing.T, args ...string) string {
 	t.Helper()
 	home := t.TempDir()
@@ -177,8 +178,8 @@ func kustomizeDefault(t *testing.T, image string) []byte {
 	return out
 }
 
-// version is the VERSION file: the one version source.
-func version(t *testing.T) string {
+// projectVersion is the VERSION file: the one version source.
+func projectVersion(t *testing.T) string {
 	t.Helper()
 	v := strings.TrimSpace(string(readFile(t, "VERSION")))
 	if v == "" {
@@ -188,20 +189,20 @@ func version(t *testing.T) string {
 }
 
 // defaultImage is config/default's operator image: tagged with VERSION.
-func defaultImage(t *testing.T) string { return install.ImageName + ":" + version(t) }
+func defaultImage(t *testing.T) string { return install.ImageName + ":" + projectVersion(t) }
 
 // parse splits multi-document YAML into objects, skipping empty documents.
 func parse(t *testing.T, data []byte) []*unstructured.Unstructured {
-	return kit.ParseYAML(t, data)
+	return testkit.ParseYAML(t, data)
 }
 
 // key names an object: Kind/namespace/name (namespace empty if cluster-scoped).
 func key(u *unstructured.Unstructured) string {
-	return kit.ObjectKey(u)
+	return testkit.ObjectKey(u)
 }
 
 func keys(objs []*unstructured.Unstructured) []string {
-	return kit.ObjectKeys(objs)
+	return testkit.ObjectKeys(objs)
 }
 
 func index(objs []*unstructured.Unstructured) map[string]*unstructured.Unstructured {

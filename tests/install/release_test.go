@@ -14,7 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"example.com/simplewebapp-operator/controllers"
+	"example.com/simplewebapp-operator/internal/version"
 )
 
 // releaseBin builds the operator and the plugin once per test binary with
@@ -88,7 +88,7 @@ func operatorImage(t *testing.T, installYAML []byte) string {
 // go run report), the chart's version and appVersion, the chart's default
 // image tag, config/default's image tag, and dist/install.yaml's image.
 func TestVersionAgrees(t *testing.T) {
-	v := version(t)
+	v := projectVersion(t)
 	if !regexp.MustCompile(`^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$`).MatchString(v) {
 		t.Fatalf("VERSION %q is not MAJOR.MINOR.PATCH[-PRE]", v)
 	}
@@ -106,8 +106,8 @@ func TestVersionAgrees(t *testing.T) {
 	}
 	t.Logf("--version: %s", out)
 
-	if controllers.OperatorVersion != v {
-		t.Errorf("controllers.OperatorVersion defaults to %q, VERSION is %q: make sync-version", controllers.OperatorVersion, v)
+	if version.Operator != v {
+		t.Errorf("version.Operator defaults to %q, VERSION is %q: make sync-version", version.Operator, v)
 	}
 
 	var chart struct{ Version, AppVersion string }
@@ -145,15 +145,15 @@ func TestBuildInstaller(t *testing.T) {
 	}
 	digest := "sha256:" + strings.Repeat("0123456789abcdef", 4)
 	const repo = "registry.example:5000/team/simplewebapp-operator"
-	pinned := buildInstaller(t, repo+":"+version(t)+"@"+digest)
+	pinned := buildInstaller(t, repo+":"+projectVersion(t)+"@"+digest)
 	got := operatorImage(t, pinned)
-	if got != repo+"@"+digest && got != repo+":"+version(t)+"@"+digest {
+	if got != repo+"@"+digest && got != repo+":"+projectVersion(t)+"@"+digest {
 		t.Errorf("IMG with a digest: image %q, want %s[:tag]@%s", got, repo, digest)
 	}
 	if want := bytes.Replace(base, []byte("image: "+defaultImage(t)+"\n"), []byte("image: "+got+"\n"), 1); !bytes.Equal(pinned, want) {
 		t.Errorf("IMG with a digest changes more than the image:\n%s", pinned)
 	}
-	t.Logf("IMG=%s:%s@%s → image: %s", repo, version(t), digest, got)
+	t.Logf("IMG=%s:%s@%s → image: %s", repo, projectVersion(t), digest, got)
 }
 
 // TestOneBuild: the Makefile, the Dockerfile and CI all build through
@@ -161,10 +161,23 @@ func TestBuildInstaller(t *testing.T) {
 // flags; nothing else runs `go build` for the operator.
 func TestOneBuild(t *testing.T) {
 	ldflags := strings.TrimSpace(runIn(t, nil, "bash", "hack/build.sh", "--ldflags"))
-	for _, want := range []string{"-s -w", "-X example.com/simplewebapp-operator/controllers.OperatorVersion=" + version(t), "-X main.revision="} {
+	for _, want := range []string{"-s -w", "-X example.com/simplewebapp-operator/internal/version.Operator=" + projectVersion(t), "-X main.revision="} {
 		if !strings.Contains(ldflags, want) {
 			t.Errorf("hack/build.sh --ldflags = %q, missing %q", ldflags, want)
 		}
+	}
+
+	// -X does nothing, silently, when the variable it names has moved: a
+	// build with another VERSION must report that version.
+	stamped := filepath.Join(t.TempDir(), "stamped")
+	runIn(t, []string{"VERSION=9.9.9-stamp"}, "bash", "hack/build.sh", stamped)
+	if got := runIn(t, nil, filepath.Join(stamped, "simplewebapp-operator"), "--version"); !strings.HasPrefix(got, "simplewebapp-operator 9.9.9-stamp ") {
+		t.Errorf("built with VERSION=9.9.9-stamp, --version says %q", got)
+	}
+
+	// Test failpoints stay out of the release build.
+	if bin, err := os.ReadFile(releaseOperator(t)); err != nil || bytes.Contains(bin, []byte("SWA_TEST_EXIT_AFTER_WRITES")) {
+		t.Errorf("the release binary holds the test failpoint SWA_TEST_EXIT_AFTER_WRITES (%v)", err)
 	}
 
 	// The release binary was built with them: its build settings (go version
@@ -239,7 +252,7 @@ func TestOneBuild(t *testing.T) {
 func TestInstallTargetsNeedNoTools(t *testing.T) {
 	for _, target := range []string{"install", "uninstall", "deploy", "undeploy", "build-installer"} {
 		out := runIn(t, nil, "make", "-n", "--no-print-directory", target, "KUBECTL=/opt/my/kubectl", "INSTALLER="+filepath.Join(t.TempDir(), "i.yaml"))
-		if strings.Contains(out, "tests/tools") || strings.Contains(out, "build.sh") && !strings.Contains(out, "hack/build.sh") {
+		if strings.Contains(out, "hack/tools") || strings.Contains(out, "build.sh") && !strings.Contains(out, "hack/build.sh") {
 			t.Errorf("make %s uses the local control plane:\n%s", target, out)
 		}
 		if target != "build-installer" && !strings.Contains(out, "/opt/my/kubectl ") {

@@ -15,17 +15,17 @@ import (
 	"k8s.io/utils/ptr"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // A changed channel file in the directory is picked up without a restart and
 // moves the SimpleWebApps that follow the channel: from the stable version to
 // a newer one that exists only in the directory.
 func TestChannelDirectoryChangeIsPickedUp(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
-	stable, next := kit.ChannelVersion(t, "stable"), kit.NewVersion(t, 2)
-	kit.CopyPackage(t, channelsDir, stable, next, kit.MarkVersion(next))
-	kit.WriteChannel(t, channelsDir, "dirmove", stable)
+	ns := testkit.Namespace(t, k8s, testNS)
+	stable, next := testkit.ChannelVersion(t, "stable"), testkit.NewVersion(t, 2)
+	testkit.CopyPackage(t, channelsDir, stable, next, testkit.MarkVersion(next))
+	testkit.WriteChannel(t, channelsDir, "dirmove", stable)
 	swa := newWebApp(ns, "dirmove", 2, "moves with its channel")
 	swa.Spec.Channel = "dirmove"
 	create(t, swa)
@@ -39,10 +39,10 @@ func TestChannelDirectoryChangeIsPickedUp(t *testing.T) {
 	}
 
 	t0 := time.Now()
-	kit.WriteChannel(t, channelsDir, "dirmove", stable, next)
-	kit.WaitFor(t, timeout, "status.version "+next+" and its ConfigMap "+kit.MarkerName, func(context.Context) (bool, string) {
+	testkit.WriteChannel(t, channelsDir, "dirmove", stable, next)
+	testkit.WaitFor(t, timeout, "status.version "+next+" and its ConfigMap "+testkit.MarkerName, func(context.Context) (bool, string) {
 		s, _ := condition(t, ns, "dirmove", webappv1.ConditionReady)
-		err := get(t, ns, "dirmove-"+kit.MarkerName, &corev1.ConfigMap{})
+		err := get(t, ns, "dirmove-"+testkit.MarkerName, &corev1.ConfigMap{})
 		return s.Status.Version == next && err == nil, fmt.Sprintf("version %q, marker: %v", s.Status.Version, err)
 	})
 	t.Logf("channel change applied %s after the file was written", time.Since(t0).Round(time.Millisecond))
@@ -61,28 +61,28 @@ func TestChannelDirectoryChangeIsPickedUp(t *testing.T) {
 
 // A malformed channel file is reported and never applied; fixing it recovers.
 func TestMalformedChannelFileIsReported(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
-	stable := kit.ChannelVersion(t, "stable")
-	kit.WriteChannel(t, channelsDir, "dirbroken", stable)
+	ns := testkit.Namespace(t, k8s, testNS)
+	stable := testkit.ChannelVersion(t, "stable")
+	testkit.WriteChannel(t, channelsDir, "dirbroken", stable)
 	swa := newWebApp(ns, "dirbroken", 1, "keeps running")
 	swa.Spec.Channel = "dirbroken"
 	create(t, swa)
 	rolledOutAndReady(t, ns, "dirbroken")
 	before := snapshot(t, ns)
 
-	kit.WriteChannelFile(t, channelsDir, "dirbroken", "manifests: [oops\n")
+	testkit.WriteChannelFile(t, channelsDir, "dirbroken", "manifests: [oops\n")
 	got := waitCondition(t, ns, "dirbroken", webappv1.ConditionStalled, metav1.ConditionTrue, "ChannelInvalid")
 	if msg := findCondition(got, webappv1.ConditionStalled).Message; !strings.Contains(msg, "channels directory") {
 		t.Errorf("Stalled message does not say where: %q", msg)
 	}
-	kit.WaitFor(t, timeout, "Warning event ChannelInvalid", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "Warning event ChannelInvalid", func(context.Context) (bool, string) {
 		return hasEvent(t, ns, "dirbroken", "ChannelInvalid"), "no event"
 	})
 	if after := snapshot(t, ns); after != before {
 		t.Errorf("objects changed under a malformed channel:\nbefore %s\nafter  %s", before, after)
 	}
 
-	kit.WriteChannel(t, channelsDir, "dirbroken", stable)
+	testkit.WriteChannel(t, channelsDir, "dirbroken", stable)
 	waitCondition(t, ns, "dirbroken", webappv1.ConditionReady, metav1.ConditionTrue, "Available")
 }
 
@@ -91,25 +91,25 @@ func TestMalformedChannelFileIsReported(t *testing.T) {
 // not render (a PodDisruptionBudget) and a new mapping from the spec
 // (message → its annotation), and the running operator, with nothing but the
 // generated role, applies it with no Go change. A kind outside
-// controllers/kinds.go is refused with a reason that says so.
+// internal/render/kinds.go is refused with a reason that says so.
 func TestPackageFromDirectoryAddsKindAndMapping(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
-	version := kit.NewVersion(t, 5)
-	kit.CopyPackage(t, channelsDir, kit.ChannelVersion(t, "stable"), version,
-		kit.AddResource("budget.yaml", "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: budget\nspec:\n  maxUnavailable: 1\n  selector:\n    matchLabels: {app.kubernetes.io/name: simplewebapp}\n"),
+	ns := testkit.Namespace(t, k8s, testNS)
+	version := testkit.NewVersion(t, 5)
+	testkit.CopyPackage(t, channelsDir, testkit.ChannelVersion(t, "stable"), version,
+		testkit.AddResource("budget.yaml", "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: budget\nspec:\n  maxUnavailable: 1\n  selector:\n    matchLabels: {app.kubernetes.io/name: simplewebapp}\n"),
 		func(files map[string]string) error {
 			files["spec-mapping.yaml"] += "- source: {kind: SimpleWebApp, fieldPath: spec.message}\n" +
 				"  targets:\n  - select: {kind: PodDisruptionBudget, name: budget}\n" +
 				"    fieldPaths: [metadata.annotations.motd]\n    options: {create: true}\n"
 			return nil
 		})
-	kit.WriteChannel(t, channelsDir, "dirfeature", version)
+	testkit.WriteChannel(t, channelsDir, "dirfeature", version)
 	swa := newWebApp(ns, "feature", 1, "mapped by the package")
 	swa.Spec.Channel = "dirfeature"
 	create(t, swa)
 
 	pdb := &policyv1.PodDisruptionBudget{}
-	kit.WaitFor(t, timeout, "PodDisruptionBudget feature-budget with the message", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "PodDisruptionBudget feature-budget with the message", func(context.Context) (bool, string) {
 		if err := get(t, ns, "feature-budget", pdb); err != nil {
 			return false, err.Error()
 		}
@@ -119,7 +119,7 @@ func TestPackageFromDirectoryAddsKindAndMapping(t *testing.T) {
 		t.Errorf("owner references %+v", refs)
 	}
 	update(t, ns, "feature", func(s *webappv1.SimpleWebApp) { s.Spec.Message = "changed" })
-	kit.WaitFor(t, timeout, "annotation follows the message", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "annotation follows the message", func(context.Context) (bool, string) {
 		if err := get(t, ns, "feature-budget", pdb); err != nil {
 			return false, err.Error()
 		}
@@ -127,12 +127,12 @@ func TestPackageFromDirectoryAddsKindAndMapping(t *testing.T) {
 	})
 
 	// A kind the operator does not manage: not applied, and the reason says why.
-	unmanaged := kit.NewVersion(t, 7)
-	kit.CopyPackage(t, channelsDir, kit.ChannelVersion(t, "stable"), unmanaged,
-		kit.AddResource("serviceaccount.yaml", "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: web\nautomountServiceAccountToken: false\n"))
+	unmanaged := testkit.NewVersion(t, 7)
+	testkit.CopyPackage(t, channelsDir, testkit.ChannelVersion(t, "stable"), unmanaged,
+		testkit.AddResource("serviceaccount.yaml", "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: web\nautomountServiceAccountToken: false\n"))
 	update(t, ns, "feature", func(s *webappv1.SimpleWebApp) { s.Spec.Version = unmanaged })
 	got := waitCondition(t, ns, "feature", webappv1.ConditionStalled, metav1.ConditionTrue, webappv1.ReasonPolicyViolation)
-	if msg := findCondition(got, webappv1.ConditionStalled).Message; !strings.Contains(msg, "controllers/kinds.go") {
+	if msg := findCondition(got, webappv1.ConditionStalled).Message; !strings.Contains(msg, "internal/render/kinds.go") {
 		t.Errorf("Stalled message %q does not say where managed kinds are declared", msg)
 	}
 	if err := get(t, ns, "feature-web", &corev1.ServiceAccount{}); !apierrors.IsNotFound(err) {
@@ -142,9 +142,9 @@ func TestPackageFromDirectoryAddsKindAndMapping(t *testing.T) {
 
 // A package that needs a newer operator is refused as a whole.
 func TestPackageNeedingNewerOperatorIsRefused(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
-	version := kit.NewVersion(t, 6)
-	kit.CopyPackage(t, channelsDir, kit.ChannelVersion(t, "stable"), version, func(files map[string]string) error {
+	ns := testkit.Namespace(t, k8s, testNS)
+	version := testkit.NewVersion(t, 6)
+	testkit.CopyPackage(t, channelsDir, testkit.ChannelVersion(t, "stable"), version, func(files map[string]string) error {
 		files["kustomization.yaml"] += "commonAnnotations:\n  addons.k8s.io/min-operator-version: 99.0.0\n"
 		return nil
 	})

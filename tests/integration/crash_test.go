@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // The operator records an object's name in status.inventory before it
@@ -26,7 +26,7 @@ import (
 // writes: the first SimpleWebApp version whose inventory lists a child has a
 // smaller resourceVersion than the child's creation.
 func TestInventoryRecordedBeforeCreate(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	wc, err := client.NewWithWatch(adminCfg, client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
@@ -104,14 +104,14 @@ func TestInventoryRecordedBeforeCreate(t *testing.T) {
 			oldContent = v.ConfigMap.Name
 		}
 	}
-	kit.WaitFor(t, timeout, "ConfigMap "+oldContent+" pruned from status.inventory", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "ConfigMap "+oldContent+" pruned from status.inventory", func(context.Context) (bool, string) {
 		if err := get(t, ns, "inv", final); err != nil {
 			return false, err.Error()
 		}
 		listed := slices.ContainsFunc(final.Status.Inventory, func(r webappv1.ObjectReference) bool { return r.Name == oldContent })
 		return !listed, fmt.Sprint(final.Status.Inventory)
 	})
-	kit.WaitFor(t, timeout, "the watch to reach the SimpleWebApp's last version", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "the watch to reach the SimpleWebApp's last version", func(context.Context) (bool, string) {
 		mu.Lock()
 		defer mu.Unlock()
 		return lastRV >= rvOf(final), fmt.Sprintf("%d of %d", lastRV, rvOf(final))

@@ -10,13 +10,13 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // A deleted child is re-created and a hand-edited one is put back, without
 // waiting for a resync: the operator watches what it owns.
 func TestDriftIsCorrected(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	create(t, newWebApp(ns, "drift", 3, "steady"))
 	d := deployment(t, ns, "drift", "Deployment created", func(d *appsv1.Deployment) (bool, string) { return true, "" })
 
@@ -24,7 +24,7 @@ func TestDriftIsCorrected(t *testing.T) {
 	if err := k8s.Delete(context.Background(), svc); err != nil {
 		t.Fatal(err)
 	}
-	kit.WaitFor(t, timeout, "deleted Service re-created", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "deleted Service re-created", func(context.Context) (bool, string) {
 		again := &corev1.Service{}
 		if err := get(t, ns, "drift-web", again); err != nil {
 			return false, err.Error()

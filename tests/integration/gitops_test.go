@@ -14,7 +14,7 @@ import (
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // kstatusOf is what Flux's health checks and kstatus-based waiters conclude
@@ -41,7 +41,7 @@ func kstatusOf(t *testing.T, ns, name string) (kstatus.Status, string) {
 
 func waitKstatus(t *testing.T, ns, name string, want kstatus.Status) {
 	t.Helper()
-	kit.WaitFor(t, timeout, fmt.Sprintf("kstatus %s", want), func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, fmt.Sprintf("kstatus %s", want), func(context.Context) (bool, string) {
 		got, msg := kstatusOf(t, ns, name)
 		return got == want, string(got) + ": " + msg
 	})
@@ -53,7 +53,7 @@ func waitKstatus(t *testing.T, ns, name string, want kstatus.Status) {
 // The operator never writes the spec: metadata.generation stays 1 after the
 // first reconciles.
 func TestKstatusFollowsTheApp(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	create(t, newWebApp(ns, "gitops", 2, "hello"))
 	d := deployment(t, ns, "gitops", "Deployment", func(*appsv1.Deployment) (bool, string) { return true, "" })
 	waitKstatus(t, ns, "gitops", kstatus.InProgressStatus)
@@ -83,7 +83,7 @@ func TestKstatusFollowsTheApp(t *testing.T) {
 // reconcile-requested-at annotation asks for a reconcile and is echoed in
 // status.
 func TestSuspendAndReconcileNow(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	create(t, newWebApp(ns, "pause", 2, "hello"))
 	rolledOutAndReady(t, ns, "pause")
 	update(t, ns, "pause", func(s *webappv1.SimpleWebApp) { s.Spec.Suspend = true })
@@ -100,7 +100,7 @@ func TestSuspendAndReconcileNow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kit.HoldsFor(t, 2*time.Second, "the hand edit survives while suspended", func(context.Context) (bool, string) {
+	testkit.HoldsFor(t, 2*time.Second, "the hand edit survives while suspended", func(context.Context) (bool, string) {
 		d := &appsv1.Deployment{}
 		if err := get(t, ns, "pause-web", d); err != nil {
 			return false, err.Error()
@@ -115,7 +115,7 @@ func TestSuspendAndReconcileNow(t *testing.T) {
 	update(t, ns, "pause", func(s *webappv1.SimpleWebApp) {
 		s.Annotations = map[string]string{webappv1.AnnotationReconcileRequestedAt: "2026-12-01T12:00:00Z"}
 	})
-	kit.WaitFor(t, timeout, "reconcile request echoed", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "reconcile request echoed", func(context.Context) (bool, string) {
 		s := &webappv1.SimpleWebApp{}
 		if err := get(t, ns, "pause", s); err != nil {
 			return false, err.Error()

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 const timeout = 30 * time.Second
@@ -26,18 +26,18 @@ const timeout = 30 * time.Second
 // The versions of the "testing" channel, which exist only in testChannels:
 // pruneWith is the stable version plus a ConfigMap "extra", pruneWithout the
 // stable version as it is.
-var pruneWith, pruneWithout = kit.NewVersion(kit.Main, 0), kit.NewVersion(kit.Main, 1)
+var pruneWith, pruneWithout = testkit.NewVersion(testkit.Main, 0), testkit.NewVersion(testkit.Main, 1)
 
 // testChannels is the embedded tree plus the channel "testing", listing
 // pruneWith and pruneWithout.
 func testChannels() fs.FS {
-	m := kit.Embedded(kit.Main)
-	tree := kit.MapTree(m)
-	stable := kit.ChannelVersion(kit.Main, "stable")
-	kit.CopyPackage(kit.Main, tree, stable, pruneWith, kit.AddResource("extra.yaml",
+	m := testkit.Embedded(testkit.Main)
+	tree := testkit.MapTree(m)
+	stable := testkit.ChannelVersion(testkit.Main, "stable")
+	testkit.CopyPackage(testkit.Main, tree, stable, pruneWith, testkit.AddResource("extra.yaml",
 		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: extra\ndata:\n  only-in: "+pruneWith+"\n"))
-	kit.CopyPackage(kit.Main, tree, stable, pruneWithout)
-	kit.WriteChannel(kit.Main, tree, "testing", pruneWith, pruneWithout)
+	testkit.CopyPackage(testkit.Main, tree, stable, pruneWithout)
+	testkit.WriteChannel(testkit.Main, tree, "testing", pruneWith, pruneWithout)
 	return m
 }
 
@@ -85,7 +85,7 @@ func update(t *testing.T, ns, name string, change func(*webappv1.SimpleWebApp)) 
 func deployment(t *testing.T, ns, swa, what string, cond func(*appsv1.Deployment) (bool, string)) *appsv1.Deployment {
 	t.Helper()
 	d := &appsv1.Deployment{}
-	kit.WaitFor(t, timeout, what, func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, what, func(context.Context) (bool, string) {
 		if err := get(t, ns, swa+"-web", d); err != nil {
 			return false, err.Error()
 		}
@@ -100,7 +100,7 @@ func deployment(t *testing.T, ns, swa, what string, cond func(*appsv1.Deployment
 func service(t *testing.T, ns, swa string) *corev1.Service {
 	t.Helper()
 	svc := &corev1.Service{}
-	kit.WaitFor(t, timeout, "Service "+swa+"-web", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "Service "+swa+"-web", func(context.Context) (bool, string) {
 		err := get(t, ns, swa+"-web", svc)
 		return err == nil, fmt.Sprint(err)
 	})
@@ -121,7 +121,7 @@ func condition(t *testing.T, ns, name, typ string) (*webappv1.SimpleWebApp, *met
 func waitCondition(t *testing.T, ns, name, typ string, status metav1.ConditionStatus, reason string) *webappv1.SimpleWebApp {
 	t.Helper()
 	var swa *webappv1.SimpleWebApp
-	kit.WaitFor(t, timeout, fmt.Sprintf("%s=%s (%s) on %s", typ, status, reason, name), func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, fmt.Sprintf("%s=%s (%s) on %s", typ, status, reason, name), func(context.Context) (bool, string) {
 		var c *metav1.Condition
 		swa, c = condition(t, ns, name, typ)
 		if c == nil {
@@ -150,7 +150,7 @@ func markRolledOut(t *testing.T, d *appsv1.Deployment) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ok, seen := kit.DeploymentRolledOut(d); !ok {
+	if ok, seen := testkit.DeploymentRolledOut(d); !ok {
 		t.Fatalf("marked rolled out, but: %s", seen)
 	}
 }

@@ -22,14 +22,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // Create → every rendered object exists, owned by the SimpleWebApp and
 // written by the operator's field manager (created with a POST, which fails
 // on a taken name instead of adopting); status reports what was applied.
 func TestCreateAppliesOwnedObjects(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	swa := newWebApp(ns, "my-webapp", 3, "Welcome to my awesome web app!")
 	create(t, swa)
 
@@ -63,9 +63,9 @@ func TestCreateAppliesOwnedObjects(t *testing.T) {
 	markRolledOut(t, d)
 	swa = waitCondition(t, ns, "my-webapp", webappv1.ConditionReady, metav1.ConditionTrue, "Available")
 	st := swa.Status
-	if st.ObservedGeneration != swa.Generation || st.AppliedGeneration != swa.Generation || st.Version != kit.ChannelVersion(t, "stable") || st.Channel != "stable" ||
+	if st.ObservedGeneration != swa.Generation || st.AppliedGeneration != swa.Generation || st.Version != testkit.ChannelVersion(t, "stable") || st.Channel != "stable" ||
 		st.ReadyReplicas != 3 || st.Selector == "" {
-		t.Errorf("status after roll-out: %+v, want the stable channel's version %s", st, kit.ChannelVersion(t, "stable"))
+		t.Errorf("status after roll-out: %+v, want the stable channel's version %s", st, testkit.ChannelVersion(t, "stable"))
 	}
 	checkInventory(t, swa)
 }
@@ -129,7 +129,7 @@ func checkInventory(t *testing.T, swa *webappv1.SimpleWebApp) {
 // Scaling changes only the replica count; a new message rolls the pods by
 // pointing the pod template at a new, content-named ConfigMap.
 func TestScaleAndMessageChange(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	create(t, newWebApp(ns, "my-webapp", 3, "Welcome to my awesome web app!"))
 	before := deployment(t, ns, "my-webapp", "Deployment created", func(d *appsv1.Deployment) (bool, string) { return true, "" })
 	oldContent := contentConfigMap(t, before).Name
@@ -171,13 +171,13 @@ func TestScaleAndMessageChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kit.HoldsFor(t, 2*time.Second, "old content ConfigMap kept during the roll-out", func(context.Context) (bool, string) {
+	testkit.HoldsFor(t, 2*time.Second, "old content ConfigMap kept during the roll-out", func(context.Context) (bool, string) {
 		err := get(t, ns, oldContent, &corev1.ConfigMap{})
 		return err == nil, fmt.Sprint(err)
 	})
 	// ...and is pruned once updatedReplicas == availableReplicas == replicas.
 	markRolledOut(t, rolled)
-	kit.WaitFor(t, timeout, "old content ConfigMap pruned after the roll-out", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "old content ConfigMap pruned after the roll-out", func(context.Context) (bool, string) {
 		err := get(t, ns, oldContent, &corev1.ConfigMap{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})

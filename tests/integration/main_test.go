@@ -1,5 +1,5 @@
 // Package integration runs the reconciler in-process against a real
-// kube-apiserver and etcd (envtest, built from pinned sources by tests/tools).
+// kube-apiserver and etcd (envtest, built from pinned sources by hack/tools).
 // There is no controller-manager here: no Deployment controller and no
 // garbage collector, so these tests check what the operator writes; the
 // end-to-end tests in tests/e2e check the cluster's reaction.
@@ -23,9 +23,11 @@ import (
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/objcache"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 var (
@@ -35,13 +37,13 @@ var (
 	scheme   = runtime.NewScheme()
 	// channelsDir is the operator's --channels-dir: tests write channels and
 	// packages into it while the operator runs.
-	channelsDir kit.Tree
+	channelsDir testkit.Tree
 )
 
 // testNS is every test's namespace. Kept at the end: without a
 // controller-manager a deleted namespace never goes away, and the operator
 // would keep reconciling into it.
-var testNS = kit.NS{Prefix: "it-", Keep: true}
+var testNS = testkit.NS{Prefix: "it-", Keep: true}
 
 func TestMain(m *testing.M) {
 	os.Exit(run(m))
@@ -52,12 +54,12 @@ func run(m *testing.M) int {
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = webappv1.AddToScheme(scheme)
 
-	root, err := cluster.RepoRoot()
+	root, err := localcluster.RepoRoot()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env, err := cluster.EnvtestEnvironment(filepath.Join(root, "config", "crd", "bases"))
+	env, err := localcluster.EnvtestEnvironment(filepath.Join(root, "config", "crd", "bases"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -87,7 +89,7 @@ func run(m *testing.M) int {
 	mgr, err := ctrl.NewManager(operatorCfg, ctrl.Options{
 		Scheme:  scheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   controllers.CacheOptions(),
+		Cache:   objcache.CacheOptions(),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -99,9 +101,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	channelsDir = kit.DirTree(dir)
+	channelsDir = testkit.DirTree(dir)
 	opts := controllers.Options{
-		Channels:             controllers.Channels{FS: testChannels(), Dir: os.DirFS(dir)},
+		Channels:             render.Channels{FS: testChannels(), Dir: os.DirFS(dir)},
 		ChannelsPollInterval: 100 * time.Millisecond,
 	}
 	if _, err := controllers.Setup(mgr, opts); err != nil {

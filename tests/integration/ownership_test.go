@@ -3,10 +3,11 @@ package integration
 import (
 	"context"
 	"fmt"
-	"k8s.io/client-go/util/retry"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/util/retry"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -14,15 +15,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // An object that happens to have a rendered object's name is never taken
 // over: the SimpleWebApp is Stalled/ObjectNotOwned, and the object keeps its
 // content, has no owner added, and is not deleted with the SimpleWebApp.
 func TestExistingObjectIsNotAdopted(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	theirs := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken-web", Labels: map[string]string{"owner": "someone-else"}},
 		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 5432}}},
@@ -40,7 +41,7 @@ func TestExistingObjectIsNotAdopted(t *testing.T) {
 	if after.ResourceVersion != theirs.ResourceVersion || len(after.OwnerReferences) != 0 {
 		t.Errorf("the existing Service was written: resourceVersion %s → %s, owners %v", theirs.ResourceVersion, after.ResourceVersion, after.OwnerReferences)
 	}
-	kit.WaitFor(t, timeout, "ObjectNotOwned event", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "ObjectNotOwned event", func(context.Context) (bool, string) {
 		return hasEvent(t, ns, "taken", webappv1.ReasonObjectNotOwned), "none yet"
 	})
 }
@@ -49,17 +50,17 @@ func TestExistingObjectIsNotAdopted(t *testing.T) {
 // will have is not adopted either: the change stalls and the running objects
 // stay as they were.
 func TestPrecreatedNextConfigMapIsNotAdopted(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	create(t, newWebApp(ns, "hash", 1, "first"))
 	rolledOutAndReady(t, ns, "hash")
 	before := snapshot(t, ns)
 
 	next := newWebApp(ns, "hash", 1, "second")
-	rel, err := controllers.Channels{FS: testChannels()}.Resolve(context.Background(), next.Spec)
+	rel, err := render.Channels{FS: testChannels()}.Resolve(context.Background(), next.Spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := controllers.Render(rel, next)
+	rendered, err := render.Render(rel, next)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestPrecreatedNextConfigMapIsNotAdopted(t *testing.T) {
 // with a Normal event naming that manager; a pod template annotation (as
 // `kubectl rollout restart` writes) is left alone.
 func TestHandAddedFieldsAreRemoved(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	create(t, newWebApp(ns, "edit", 1, "steady"))
 	d := deployment(t, ns, "edit", "Deployment created", func(*appsv1.Deployment) (bool, string) { return true, "" })
 	containers := len(d.Spec.Template.Spec.Containers)
@@ -117,13 +118,13 @@ func TestHandAddedFieldsAreRemoved(t *testing.T) {
 	if took := time.Since(t0); took > 10*time.Second {
 		t.Errorf("took %s, want within 10s", took)
 	}
-	kit.WaitFor(t, timeout, "DriftCorrected event naming kubectl-edit", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "DriftCorrected event naming kubectl-edit", func(context.Context) (bool, string) {
 		return eventWith(t, ns, "edit", "DriftCorrected", "kubectl-edit"), "none yet"
 	})
 
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "edit-web"}}
 	edit(svc, func() { svc.Spec.ExternalIPs = []string{"203.0.113.7"} })
-	kit.WaitFor(t, timeout, "externalIPs removed", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "externalIPs removed", func(context.Context) (bool, string) {
 		if err := get(t, ns, "edit-web", svc); err != nil {
 			return false, err.Error()
 		}
@@ -136,7 +137,7 @@ func TestHandAddedFieldsAreRemoved(t *testing.T) {
 		}
 		d.Spec.Template.Annotations["kubectl.kubernetes.io/restartedAt"] = "now"
 	})
-	kit.HoldsFor(t, 2*time.Second, "a restart annotation is left alone", func(context.Context) (bool, string) {
+	testkit.HoldsFor(t, 2*time.Second, "a restart annotation is left alone", func(context.Context) (bool, string) {
 		now := &appsv1.Deployment{}
 		if err := get(t, ns, "edit-web", now); err != nil {
 			return false, err.Error()
@@ -149,7 +150,7 @@ func TestHandAddedFieldsAreRemoved(t *testing.T) {
 // package lets patches set) is reported with the object and the server's message,
 // not retried in silence; the running objects stay.
 func TestRefusedWriteIsReported(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	create(t, newWebApp(ns, "refused", 1, "fine"))
 	rolledOutAndReady(t, ns, "refused")
 	before := snapshot(t, ns)

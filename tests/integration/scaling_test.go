@@ -20,13 +20,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // `kubectl scale swa` works: the scale subresource maps to spec.replicas, and
 // reports the pods and their selector, so an HPA can target a SimpleWebApp.
 func TestScaleSubresource(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	swa := newWebApp(ns, "scaled", 2, "scale me")
 	create(t, swa)
 	rolledOutAndReady(t, ns, "scaled")
@@ -48,13 +48,13 @@ func TestScaleSubresource(t *testing.T) {
 // reconciles that apply everything else; switching autoscaling off hands the
 // count back to spec.replicas.
 func TestAutoscalerOwnsReplicas(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	swa := newWebApp(ns, "auto", 3, "m0")
 	swa.Spec.Autoscaling = &webappv1.Autoscaling{MinReplicas: 2, MaxReplicas: 10}
 	create(t, swa)
 	d := deployment(t, ns, "auto", "Deployment", func(*appsv1.Deployment) (bool, string) { return true, "" })
 	hpa := &autoscalingv2.HorizontalPodAutoscaler{}
-	kit.WaitFor(t, timeout, "HorizontalPodAutoscaler auto-web", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "HorizontalPodAutoscaler auto-web", func(context.Context) (bool, string) {
 		err := get(t, ns, "auto-web", hpa)
 		return err == nil, fmt.Sprint(err)
 	})
@@ -84,7 +84,7 @@ func TestAutoscalerOwnsReplicas(t *testing.T) {
 	})
 	// Pruned once the Deployment is rolled out at the handed-back count.
 	rolledOutAndReady(t, ns, "auto")
-	kit.WaitFor(t, timeout, "HPA pruned", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "HPA pruned", func(context.Context) (bool, string) {
 		err := get(t, ns, "auto-web", &autoscalingv2.HorizontalPodAutoscaler{})
 		return err != nil, "still there"
 	})
@@ -102,7 +102,7 @@ func TestAutoscalerOwnsReplicas(t *testing.T) {
 // second write of the pass that applies the message, so the state to wait
 // for is both: the new message and spec.replicas held by the handoff manager.
 func TestAutoscalingSwitchedOnKeepsReplicas(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	create(t, newWebApp(ns, "later", 3, "m0"))
 	d := deployment(t, ns, "later", "Deployment with 3 replicas", func(d *appsv1.Deployment) (bool, string) {
 		return *d.Spec.Replicas == 3, fmt.Sprint(*d.Spec.Replicas)
@@ -120,7 +120,7 @@ func TestAutoscalingSwitchedOnKeepsReplicas(t *testing.T) {
 			s.Spec.Autoscaling = autoscaling
 		})
 		deployment(t, ns, "later", "message "+msg+" applied and spec.replicas held by the handoff manager", func(d *appsv1.Deployment) (bool, string) {
-			owners := kit.ReplicasOwners(d)
+			owners := testkit.ReplicasOwners(d)
 			done := contentConfigMap(t, d).Data["message"] == msg && slices.Contains(owners, "simplewebapp-operator-handoff/Apply")
 			return done, fmt.Sprintf("replicas %d owned by %v", *d.Spec.Replicas, owners)
 		})
@@ -168,14 +168,14 @@ func watchReplicas(t *testing.T, ns string, d *appsv1.Deployment) func() []repli
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	seen := []replicasVersion{{d.ResourceVersion, *d.Spec.Replicas, kit.ReplicasOwners(d)}}
+	seen := []replicasVersion{{d.ResourceVersion, *d.Spec.Replicas, testkit.ReplicasOwners(d)}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for ev := range w.ResultChan() {
 			if v, ok := ev.Object.(*appsv1.Deployment); ok && ev.Type == watch.Modified {
 				mu.Lock()
-				seen = append(seen, replicasVersion{v.ResourceVersion, ptr.Deref(v.Spec.Replicas, 1), kit.ReplicasOwners(v)})
+				seen = append(seen, replicasVersion{v.ResourceVersion, ptr.Deref(v.Spec.Replicas, 1), testkit.ReplicasOwners(v)})
 				mu.Unlock()
 			}
 		}

@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // A generation that cannot be applied stalls with a typed reason and an
@@ -47,7 +47,7 @@ func TestCannotProceedLeavesLastGoodObjects(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ns := kit.Namespace(t, k8s, testNS)
+			ns := testkit.Namespace(t, k8s, testNS)
 			create(t, newWebApp(ns, "stall", 2, "last good"))
 			d := deployment(t, ns, "stall", "Deployment of the good generation", func(*appsv1.Deployment) (bool, string) { return true, "" })
 			markRolledOut(t, d)
@@ -68,10 +68,10 @@ func TestCannotProceedLeavesLastGoodObjects(t *testing.T) {
 			} else if ready := findCondition(got, webappv1.ConditionReady); ready.Status != metav1.ConditionFalse || ready.Reason != tc.reason {
 				t.Errorf("Ready = %+v, want False/%s", ready, tc.reason)
 			}
-			if got.Status.Version != kit.ChannelVersion(t, "stable") || got.Status.ReadyReplicas != 2 {
+			if got.Status.Version != testkit.ChannelVersion(t, "stable") || got.Status.ReadyReplicas != 2 {
 				t.Errorf("status lost the running version: %+v", got.Status)
 			}
-			kit.WaitFor(t, timeout, "Warning event "+tc.reason, func(context.Context) (bool, string) {
+			testkit.WaitFor(t, timeout, "Warning event "+tc.reason, func(context.Context) (bool, string) {
 				return hasEvent(t, ns, "stall", tc.reason), "no such event"
 			})
 			if after := snapshot(t, ns); after != before {

@@ -8,13 +8,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // The API server rejects bad specs with a message naming the field: the CRD
 // schema (OpenAPI + CEL) and strict field validation, not operator code.
 func TestInvalidSpecsAreRejected(t *testing.T) {
-	ns := kit.Namespace(t, k8s, testNS)
+	ns := testkit.Namespace(t, k8s, testNS)
 	patch := func(kind, body string) any {
 		return []any{map[string]any{"target": map[string]any{"kind": kind}, "patch": body}}
 	}

@@ -25,9 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // operator is one running operator process and where it serves metrics.
@@ -43,7 +43,7 @@ type operator struct {
 // ends if it still runs, and dies with the test binary (Pdeathsig).
 func startOperator(t *testing.T, name string, args ...string) *operator {
 	t.Helper()
-	ports, err := cluster.FreePorts(2)
+	ports, err := localcluster.FreePorts(2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func newApp(ns, name string, replicas int32, version string) *webappv1.SimpleWeb
 func updateApp(t *testing.T, ns, name string, mutate func(*webappv1.SimpleWebApp)) int64 {
 	t.Helper()
 	var gen int64
-	kit.WaitFor(t, 30*time.Second, fmt.Sprintf("an update of SimpleWebApp %s/%s", ns, name), func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("an update of SimpleWebApp %s/%s", ns, name), func(ctx context.Context) (bool, string) {
 		swa := &webappv1.SimpleWebApp{}
 		if err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, swa); err != nil {
 			t.Fatalf("reading SimpleWebApp %s/%s: %v", ns, name, err)
@@ -316,7 +316,7 @@ func appState(ctx context.Context, ns, name string, gen int64, version string) (
 // is applied and Ready.
 func waitAppReady(t *testing.T, ns, name string, gen int64, version string) time.Duration {
 	t.Helper()
-	return kit.WaitFor(t, 3*time.Minute, fmt.Sprintf("SimpleWebApp %s/%s generation %d Ready (version %q)", ns, name, gen, version),
+	return testkit.WaitFor(t, 3*time.Minute, fmt.Sprintf("SimpleWebApp %s/%s generation %d Ready (version %q)", ns, name, gen, version),
 		func(ctx context.Context) (bool, string) { return appState(ctx, ns, name, gen, version) })
 }
 

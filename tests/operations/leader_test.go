@@ -11,8 +11,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // leaseSettings are the operator's Lease timings for one run of the failover
@@ -42,7 +42,7 @@ func TestLeaderElection(t *testing.T) {
 }
 
 func failover(t *testing.T, s leaseSettings) {
-	ns := kit.Namespace(t, env.C, kit.NS{Name: "ops-leader-" + s.name})
+	ns := testkit.Namespace(t, env.C, testkit.NS{Name: "ops-leader-" + s.name})
 	args := append([]string{"--leader-elect=true", "--leader-election-namespace=" + operatortest.Namespace}, s.flags...)
 	ops := []*operator{startOperator(t, s.name+"-a", args...), startOperator(t, s.name+"-b", args...)}
 	for _, op := range ops {
@@ -53,7 +53,7 @@ func failover(t *testing.T, s leaseSettings) {
 	// hold it for up to one lease duration).
 	var leader, follower *operator
 	var holder1 string
-	kit.WaitFor(t, 2*time.Minute+s.lease, "one of two operators to acquire the Lease", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute+s.lease, "one of two operators to acquire the Lease", func(ctx context.Context) (bool, string) {
 		l, err := lease(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -105,7 +105,7 @@ func failover(t *testing.T, s leaseSettings) {
 	gen := updateApp(t, ns, app.Name, func(swa *webappv1.SimpleWebApp) { swa.Spec.Replicas = ptr.To[int32](2) })
 	var toHolder, toApplied time.Duration
 	var holder2 string
-	kit.WaitFor(t, 2*time.Minute+s.lease, "the follower to take the Lease over and apply replicas=2", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute+s.lease, "the follower to take the Lease over and apply replicas=2", func(ctx context.Context) (bool, string) {
 		if toHolder == 0 {
 			if l, err := lease(ctx); err == nil && holder(l) != "" && holder(l) != holder1 {
 				toHolder, holder2 = time.Since(killed), holder(l)
@@ -151,7 +151,7 @@ func failover(t *testing.T, s leaseSettings) {
 	survivor := follower
 	candidate := startOperator(t, s.name+"-c", args...)
 	candidate.waitReady(t)
-	kit.WaitFor(t, time.Minute, candidate.Name()+" to try to acquire the Lease", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, time.Minute, candidate.Name()+" to try to acquire the Lease", func(context.Context) (bool, string) {
 		return firstLine(candidate.lines(t), func(l logLine) bool { return l.msg() == "Attempting to acquire leader lease..." }) > 0, candidate.LogTail(5)
 	})
 	waitLeaderGauge(t, candidate, 0)
@@ -159,7 +159,7 @@ func failover(t *testing.T, s leaseSettings) {
 	survivor.terminate(t)
 	toExit := time.Since(terminated)
 	var toHandover time.Duration
-	kit.WaitFor(t, time.Minute+s.lease, candidate.Name()+" to take the released Lease", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, time.Minute+s.lease, candidate.Name()+" to take the released Lease", func(ctx context.Context) (bool, string) {
 		l, err := lease(ctx)
 		if err != nil {
 			return false, err.Error()
@@ -179,7 +179,7 @@ func failover(t *testing.T, s leaseSettings) {
 		t.Errorf("handover after a graceful stop took %s, want about %s at most: was the Lease released?", toHandover, jitter)
 	}
 	gen = updateApp(t, ns, app.Name, func(swa *webappv1.SimpleWebApp) { swa.Spec.Replicas = ptr.To[int32](1) })
-	kit.WaitFor(t, 2*time.Minute, candidate.Name()+" to apply replicas=1", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, candidate.Name()+" to apply replicas=1", func(ctx context.Context) (bool, string) {
 		ok, seen := appState(ctx, ns, app.Name, gen, "")
 		n, err := deploymentReplicas(ctx, ns, app.Name)
 		return ok && err == nil && n == 1, seen
@@ -200,7 +200,7 @@ func failover(t *testing.T, s leaseSettings) {
 // is want (1 leader, 0 candidate).
 func waitLeaderGauge(t *testing.T, op *operator, want float64) {
 	t.Helper()
-	kit.WaitFor(t, time.Minute, fmt.Sprintf("%s leader_election_master_status %v", op.Name(), want), func(context.Context) (bool, string) {
+	testkit.WaitFor(t, time.Minute, fmt.Sprintf("%s leader_election_master_status %v", op.Name(), want), func(context.Context) (bool, string) {
 		ss, err := op.metrics()
 		if err != nil {
 			return false, err.Error()

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // TestStructuredLogs runs the operator with its defaults out of cluster
@@ -24,7 +24,7 @@ import (
 // without them (kdp's applylib logs through klog, without the reconcile's
 // logger) are reported, not failed.
 func TestStructuredLogs(t *testing.T) {
-	ns := kit.Namespace(t, env.C, kit.NS{Name: "ops-logs"})
+	ns := testkit.Namespace(t, env.C, testkit.NS{Name: "ops-logs"})
 	op := startOperator(t, "logs")
 	op.waitReady(t)
 
@@ -52,13 +52,13 @@ func TestStructuredLogs(t *testing.T) {
 		swa.Spec.Message = "changed: old ConfigMap pruned"
 	})
 	waitAppReady(t, ns, app.Name, gen, "")
-	kit.WaitFor(t, time.Minute, "the old content ConfigMap "+oldContent+" to be pruned", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the old content ConfigMap "+oldContent+" to be pruned", func(ctx context.Context) (bool, string) {
 		err := env.C.Get(ctx, client.ObjectKey{Namespace: ns, Name: oldContent}, &corev1.ConfigMap{})
 		return apierrors.IsNotFound(err), fmt.Sprint(err)
 	})
 	// The reconcile that pruned has ended once its last line is written;
 	// wait for the end line of every reconcile that started.
-	kit.WaitFor(t, time.Minute, "every reconcile's end line", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, time.Minute, "every reconcile's end line", func(context.Context) (bool, string) {
 		open := openReconciles(op.lines(t))
 		return len(open) == 0, fmt.Sprint(open)
 	})

@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/operatortest"
 )
 
 const (
@@ -145,6 +145,6 @@ func (e *testEnv) writeMetricsCert() error {
 		return err
 	}
 	var err error
-	e.metricsCA, err = cluster.WriteServingCert(e.metricsCertDir, "simplewebapp-operator-metrics")
+	e.metricsCA, err = localcluster.WriteServingCert(e.metricsCertDir, "simplewebapp-operator-metrics")
 	return err
 }

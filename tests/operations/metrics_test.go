@@ -12,8 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // TestMetrics scrapes the operator's secure metrics endpoint as Prometheus
@@ -23,14 +23,14 @@ import (
 // scrape, that the operator's metrics move with what it does, and that the
 // dashboard and alerts in config/prometheus use only metrics it serves.
 func TestMetrics(t *testing.T) {
-	ns := kit.Namespace(t, env.C, kit.NS{Name: "ops-metrics"})
+	ns := testkit.Namespace(t, env.C, testkit.NS{Name: "ops-metrics"})
 	// With leader election, as deployed: leader_election_master_status is
 	// served, and the controller's metrics only by the leader.
 	op := startOperator(t, "metrics", "--leader-elect=true", "--leader-election-namespace="+operatortest.Namespace)
 	op.waitReady(t)
 
 	// The metrics server starts with the manager; wait until it answers.
-	kit.WaitFor(t, time.Minute, "the metrics endpoint "+op.metricsAddr+" to answer", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, time.Minute, "the metrics endpoint "+op.metricsAddr+" to answer", func(context.Context) (bool, string) {
 		code, body, err := op.scrape(env.scraper.Token)
 		if err != nil {
 			return false, err.Error()
@@ -70,7 +70,7 @@ func TestMetrics(t *testing.T) {
 	// A SimpleWebApp is applied: applies succeed, it becomes Ready (gauge 1),
 	// its objects are counted. It is pinned to the oldest package version, to
 	// be upgraded to the newest.
-	versions := kit.Versions(t)
+	versions := testkit.Versions(t)
 	if len(versions) < 2 {
 		t.Fatalf("package versions %v: an upgrade needs two", versions)
 	}
@@ -162,7 +162,7 @@ func TestMetrics(t *testing.T) {
 // waitMetrics scrapes until cond holds.
 func waitMetrics(t *testing.T, op *operator, what string, cond func(samples) (bool, string)) {
 	t.Helper()
-	kit.WaitFor(t, 2*time.Minute, "metrics: "+what, func(context.Context) (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "metrics: "+what, func(context.Context) (bool, string) {
 		ss, err := op.metrics()
 		if err != nil {
 			return false, err.Error()

@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 const shardLabel = "sharding.simplewebapp.example.com/key"
@@ -30,7 +30,7 @@ const shardLabel = "sharding.simplewebapp.example.com/key"
 // and writes nothing (every child keeps its resourceVersion, neither shard's
 // write counter moves), and a later change of it is applied by the new shard.
 func TestShards(t *testing.T) {
-	ns := kit.Namespace(t, env.C, kit.NS{Name: "ops-shards", WaitForServiceAccount: true})
+	ns := testkit.Namespace(t, env.C, testkit.NS{Name: "ops-shards", WaitForServiceAccount: true})
 	a := startOperator(t, "shard-a", "--leader-elect=false", "--watch-label-selector="+shardLabel+"=a")
 	b := startOperator(t, "shard-b", "--leader-elect=false", "--watch-label-selector="+shardLabel+"=b")
 	a.waitReady(t)
@@ -77,7 +77,7 @@ func TestShards(t *testing.T) {
 	fromLine := len(b.lines(t))
 	t0 := time.Now()
 	updateApp(t, ns, moved, func(swa *webappv1.SimpleWebApp) { swa.Labels[shardLabel] = "b" })
-	kit.WaitFor(t, time.Minute, "shard b to finish a reconcile of "+moved, func(context.Context) (bool, string) {
+	testkit.WaitFor(t, time.Minute, "shard b to finish a reconcile of "+moved, func(context.Context) (bool, string) {
 		for _, l := range b.lines(t)[fromLine:] {
 			if isReconcileOf(ns, moved)(l) && strings.HasPrefix(l.msg(), "Reconcile done") || isReconcileOf(ns, moved)(l) && l.msg() == "Reconcile successful" {
 				return true, ""
@@ -86,7 +86,7 @@ func TestShards(t *testing.T) {
 		return false, fmt.Sprintf("%d new lines", len(b.lines(t))-fromLine)
 	})
 	t.Logf("FIGURE handover of %s to shard b reconciled after %s", moved, time.Since(t0).Round(time.Millisecond))
-	kit.HoldsFor(t, 3*time.Second, "no write by either shard in the handover", func(context.Context) (bool, string) {
+	testkit.HoldsFor(t, 3*time.Second, "no write by either shard in the handover", func(context.Context) (bool, string) {
 		now := childResourceVersions(t, ns, moved)
 		wa, wb := objectWrites(t, a), objectWrites(t, b)
 		return maps.Equal(now, children) && wa == writesA && wb == writesB,
@@ -122,7 +122,7 @@ func reconciled(t *testing.T, op *operator, from int) map[string]int {
 func childResourceVersions(t *testing.T, ns, app string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	sel := client.MatchingLabels{controllers.LabelInstance: app, controllers.LabelManagedBy: controllers.ManagerName}
+	sel := client.MatchingLabels{render.LabelInstance: app, render.LabelManagedBy: render.ManagerName}
 	deps, svcs, cms := &appsv1.DeploymentList{}, &corev1.ServiceList{}, &corev1.ConfigMapList{}
 	for _, l := range []client.ObjectList{deps, svcs, cms} {
 		if err := env.C.List(t.Context(), l, client.InNamespace(ns), sel); err != nil {

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 const timeout = 30 * time.Second
@@ -39,14 +39,14 @@ func deployed(t *testing.T, file string) *webappv1.SimpleWebApp {
 	if err := env.Client.Create(t.Context(), app); err != nil {
 		t.Fatal(err)
 	}
-	kit.WaitFor(t, timeout, "Deployment of "+app.Name, func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "Deployment of "+app.Name, func(ctx context.Context) (bool, string) {
 		err := env.Client.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: app.Name + "-web"}, &appsv1.Deployment{})
 		return err == nil, fmt.Sprint(err)
 	})
 	if err := env.MarkRolledOut(t.Context(), app.Namespace, app.Name+"-web"); err != nil {
 		t.Fatal(err)
 	}
-	kit.WaitFor(t, timeout, app.Name+" Available", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, app.Name+" Available", func(ctx context.Context) (bool, string) {
 		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(app), app); err != nil {
 			return false, err.Error()
 		}
@@ -78,7 +78,7 @@ func resourceVersions(t *testing.T, ns string) map[string]string {
 // change, a message change and a channel move are unified diffs with exit 1;
 // a refusal is exit 2 with the reconciler's reason. Nothing is written.
 func TestDiff(t *testing.T) {
-	ns := kit.Namespace(t, env.Client, kit.NS{Prefix: "plugin-", Keep: true})
+	ns := testkit.Namespace(t, env.Client, testkit.NS{Prefix: "plugin-", Keep: true})
 	base := "replicas: 2\n  message: hello\n  channel: stable"
 	deployed(t, writeCR(t, ns, "web", base))
 	before := resourceVersions(t, ns)
@@ -123,7 +123,7 @@ func TestDiff(t *testing.T) {
 	})
 
 	t.Run("channel move", func(t *testing.T) {
-		from, to := kit.ChannelVersion(t, "stable"), kit.ChannelVersion(t, "rapid")
+		from, to := testkit.ChannelVersion(t, "stable"), testkit.ChannelVersion(t, "rapid")
 		code, out, errOut := swaCluster(t, "diff", "-f", writeCR(t, ns, "web", "replicas: 2\n  message: hello\n  channel: rapid"))
 		t.Logf("kubectl swa diff (channel stable -> rapid), exit %d:\n%s%s", code, errOut, out)
 		if !strings.Contains(errOut, fmt.Sprintf("version %s (newest in channel \"rapid\")", to)) {
@@ -189,17 +189,17 @@ func TestVersions(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	for _, ch := range kit.ChannelNames(t) {
-		if !regexp.MustCompile(`(?m)^` + ch + `\s+` + regexp.QuoteMeta(kit.ChannelVersion(t, ch)) + `\s`).MatchString(out) {
-			t.Errorf("no line for channel %s with newest %s:\n%s", ch, kit.ChannelVersion(t, ch), out)
+	for _, ch := range testkit.ChannelNames(t) {
+		if !regexp.MustCompile(`(?m)^` + ch + `\s+` + regexp.QuoteMeta(testkit.ChannelVersion(t, ch)) + `\s`).MatchString(out) {
+			t.Errorf("no line for channel %s with newest %s:\n%s", ch, testkit.ChannelVersion(t, ch), out)
 		}
 	}
-	if !strings.Contains(out, "PACKAGE simplewebapp: "+strings.Join(kit.Versions(t), ", ")+"\n") {
-		t.Errorf("package versions %v not listed:\n%s", kit.Versions(t), out)
+	if !strings.Contains(out, "PACKAGE simplewebapp: "+strings.Join(testkit.Versions(t), ", ")+"\n") {
+		t.Errorf("package versions %v not listed:\n%s", testkit.Versions(t), out)
 	}
 
-	ns := kit.Namespace(t, env.Client, kit.NS{Prefix: "plugin-", Keep: true})
-	stable, rapid := kit.ChannelVersion(t, "stable"), kit.ChannelVersion(t, "rapid")
+	ns := testkit.Namespace(t, env.Client, testkit.NS{Prefix: "plugin-", Keep: true})
+	stable, rapid := testkit.ChannelVersion(t, "stable"), testkit.ChannelVersion(t, "rapid")
 	deployed(t, writeCR(t, ns, "web", "channel: stable"))
 	code, out, errOut = swaCluster(t, "versions", "-f", writeCR(t, ns, "web", "channel: rapid"))
 	t.Logf("kubectl swa versions -f (channel rapid), exit %d:\n%s%s", code, errOut, out)
@@ -224,10 +224,10 @@ func TestVersions(t *testing.T) {
 // After a rollback the reconciler holds the failed version back for the same
 // spec; diff and versions pick the version it would, and say why.
 func TestHeldBackAfterRollback(t *testing.T) {
-	ns := kit.Namespace(t, env.Client, kit.NS{Prefix: "plugin-", Keep: true})
+	ns := testkit.Namespace(t, env.Client, testkit.NS{Prefix: "plugin-", Keep: true})
 	// Two pinned versions, the newer one failing to roll out. Not the
 	// channels' versions: a promotion may put both channels at one version.
-	vs := kit.Versions(t)
+	vs := testkit.Versions(t)
 	if len(vs) < 2 {
 		t.Fatalf("needs two package versions, has %v", vs)
 	}
@@ -246,7 +246,7 @@ func TestHeldBackAfterRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	app := &webappv1.SimpleWebApp{}
-	kit.WaitFor(t, timeout, "rolled back to "+good, func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "rolled back to "+good, func(ctx context.Context) (bool, string) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held"}, app); err != nil {
 			return false, err.Error()
 		}
@@ -257,7 +257,7 @@ func TestHeldBackAfterRollback(t *testing.T) {
 	if err := env.MarkRolledOut(t.Context(), ns, "held-web"); err != nil {
 		t.Fatal(err)
 	}
-	kit.WaitFor(t, timeout, "inventory of "+good+" only", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, timeout, "inventory of "+good+" only", func(ctx context.Context) (bool, string) {
 		if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "held"}, app); err != nil {
 			return false, err.Error()
 		}

@@ -12,8 +12,8 @@ import (
 
 	"example.com/simplewebapp-operator/channels"
 	"example.com/simplewebapp-operator/cmd/kubectl-swa/plugin"
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/plugin/envop"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/testkit/envop"
 )
 
 var env *envop.Env
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	t0 := time.Now()
 	var err error
-	if env, err = envop.Start(controllers.Channels{FS: channels.FS}); err != nil {
+	if env, err = envop.Start(render.Channels{FS: channels.FS}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -6,20 +6,20 @@ import (
 	"strings"
 	"testing"
 
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 const golden = "../golden/testdata"
 
 // `kubectl swa render` prints exactly the golden files (which tests/golden
-// checks against controllers.Render) for every case and every version.
+// checks against render.Render) for every case and every version.
 func TestRenderEqualsGolden(t *testing.T) {
 	cases, err := filepath.Glob(filepath.Join(golden, "cases", "*.yaml"))
 	if err != nil || len(cases) == 0 {
 		t.Fatalf("no golden cases: %v", err)
 	}
 	n := 0
-	for _, version := range kit.Versions(t) {
+	for _, version := range testkit.Versions(t) {
 		for _, c := range cases {
 			want, err := os.ReadFile(filepath.Join(golden, version, filepath.Base(c)))
 			if err != nil {
@@ -33,15 +33,15 @@ func TestRenderEqualsGolden(t *testing.T) {
 		}
 	}
 	// --channel renders the channel's newest version, as the operator does.
-	for _, ch := range kit.ChannelNames(t) {
+	for _, ch := range testkit.ChannelNames(t) {
 		c := filepath.Join(golden, "cases", "my-webapp.yaml")
-		want, err := os.ReadFile(filepath.Join(golden, kit.ChannelVersion(t, ch), "my-webapp.yaml"))
+		want, err := os.ReadFile(filepath.Join(golden, testkit.ChannelVersion(t, ch), "my-webapp.yaml"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		code, out, errOut := swa(t, "render", "-f", c, "-n", "demo", "--channel", ch)
 		if code != 0 || out != string(want) {
-			t.Errorf("render --channel %s: exit %d, stderr %q; equals the golden file of %s: %v", ch, code, errOut, kit.ChannelVersion(t, ch), out == string(want))
+			t.Errorf("render --channel %s: exit %d, stderr %q; equals the golden file of %s: %v", ch, code, errOut, testkit.ChannelVersion(t, ch), out == string(want))
 		}
 	}
 	t.Logf("%d golden files reproduced byte for byte", n)

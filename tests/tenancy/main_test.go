@@ -9,7 +9,7 @@ package tenancy_test
 
 import (
 	"context"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/testkit"
 	"flag"
 	"fmt"
 	"os"
@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	sigsyaml "sigs.k8s.io/yaml"
 
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/operatortest"
 )
 
 var env *operatortest.Env
@@ -94,7 +94,7 @@ func replaceRoot(s, up string) string { return strings.ReplaceAll(s, "{{root}}",
 
 // parse splits multi-document YAML into objects, skipping empty documents.
 func parse(t *testing.T, data []byte) []*unstructured.Unstructured {
-	return kit.ParseYAML(t, data)
+	return testkit.ParseYAML(t, data)
 }
 
 // as converts an object to its typed form.

@@ -19,8 +19,8 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 const (
@@ -40,7 +40,7 @@ func TestTenantRoles(t *testing.T) {
 			t.Fatalf("ClusterRole %s exists before the test installs it", name)
 		}
 	}
-	team := kit.Namespace(t, env.C, kit.NS{Name: "team"})
+	team := testkit.Namespace(t, env.C, testkit.NS{Name: "team"})
 	users := map[string]string{"alice": "edit", "carol": "view", "dave": "admin", "bob": "simplewebapp-editor"}
 	for user, role := range users {
 		_, err := env.CS.RbacV1().RoleBindings(team).Create(ctx, &rbacv1.RoleBinding{
@@ -82,10 +82,10 @@ func TestTenantRoles(t *testing.T) {
 	}
 	t0 := time.Now()
 	apply(t, roles)
-	kit.WaitFor(t, time.Minute, "edit (aggregated) to allow creating SimpleWebApps", func(context.Context) (bool, string) {
+	testkit.WaitFor(t, time.Minute, "edit (aggregated) to allow creating SimpleWebApps", func(context.Context) (bool, string) {
 		answer, _ := env.Kubectl.CanI(env.Cluster.Kubeconfig, "--as=alice", "create", "simplewebapps.example.com", "-n", team)
 		return answer == "yes", answer
-	}, kit.Every(50*time.Millisecond))
+	}, testkit.Every(50*time.Millisecond))
 	t.Logf("FIGURE tenant roles applied → edit allows creating SimpleWebApps: %s", time.Since(t0).Round(100*time.Millisecond))
 
 	write := "[create delete deletecollection get list patch update watch]"
@@ -98,12 +98,12 @@ func TestTenantRoles(t *testing.T) {
 	for user, role := range users {
 		var after []string
 		// The aggregation controller fills each built-in role on its own.
-		kit.WaitFor(t, time.Minute, user+" ("+role+") gains the SimpleWebApp rights", func(context.Context) (bool, string) {
+		testkit.WaitFor(t, time.Minute, user+" ("+role+") gains the SimpleWebApp rights", func(context.Context) (bool, string) {
 			after = canIList(t, user, team)
 			added, removed := diff(before[user], after)
 			return slices.Equal(added, gains[role]) && len(removed) == 0,
 				fmt.Sprintf("added %q, removed %q", added, removed)
-		}, kit.Every(100*time.Millisecond))
+		}, testkit.Every(100*time.Millisecond))
 	}
 
 	// The editor creates one for real, the viewer cannot, nobody outside team can.
@@ -132,8 +132,8 @@ func TestTenantRoles(t *testing.T) {
 // operator: a SimpleWebApp in a becomes Ready, one in b is never touched.
 func TestNamespaceMode(t *testing.T) {
 	ctx := t.Context()
-	a := kit.Namespace(t, env.C, kit.NS{Name: "a", WaitForServiceAccount: true})
-	b := kit.Namespace(t, env.C, kit.NS{Name: "b", WaitForServiceAccount: true})
+	a := testkit.Namespace(t, env.C, testkit.NS{Name: "a", WaitForServiceAccount: true})
+	b := testkit.Namespace(t, env.C, testkit.NS{Name: "b", WaitForServiceAccount: true})
 	dir := overlay(t, map[string]string{
 		"kustomization.yaml": `resources:
 - {{root}}/config/namespaced
@@ -233,7 +233,7 @@ resources:
 		t.Fatal(err)
 	}
 	t.Cleanup(op.Kill)
-	diag := kit.Diag(func() string { return "--- operator log ---\n" + op.LogTail(30) })
+	diag := testkit.Diag(func() string { return "--- operator log ---\n" + op.LogTail(30) })
 	if err := op.WaitReady(ctx, 60*time.Second); err != nil {
 		t.Fatalf("%v\n%s", err, op.LogTail(30))
 	}
@@ -245,15 +245,15 @@ resources:
 	if err := env.C.Create(ctx, inA); err != nil {
 		t.Fatal(err)
 	}
-	took := kit.WaitFor(t, 2*time.Minute, "SimpleWebApp a/inside Ready with only namespaced rights", func(ctx context.Context) (bool, string) {
+	took := testkit.WaitFor(t, 2*time.Minute, "SimpleWebApp a/inside Ready with only namespaced rights", func(ctx context.Context) (bool, string) {
 		if err := env.C.Get(ctx, client.ObjectKeyFromObject(inA), inA); err != nil {
 			return false, err.Error()
 		}
 		return apimeta.IsStatusConditionTrue(inA.Status.Conditions, "Ready"), fmt.Sprintf("%+v", inA.Status.Conditions)
-	}, diag, kit.Every(100*time.Millisecond))
+	}, diag, testkit.Every(100*time.Millisecond))
 	t.Logf("FIGURE namespace mode: a SimpleWebApp in the watched namespace Ready in %s", took.Round(time.Millisecond))
 
-	kit.HoldsFor(t, 5*time.Second, "the SimpleWebApp in b untouched (same resourceVersion, no status, no children)", func(ctx context.Context) (bool, string) {
+	testkit.HoldsFor(t, 5*time.Second, "the SimpleWebApp in b untouched (same resourceVersion, no status, no children)", func(ctx context.Context) (bool, string) {
 		got := &webappv1.SimpleWebApp{}
 		if err := env.C.Get(ctx, client.ObjectKeyFromObject(inB), got); err != nil {
 			return false, err.Error()
@@ -277,7 +277,7 @@ resources:
 			}
 		}
 		return true, ""
-	}, diag, kit.Every(250*time.Millisecond))
+	}, diag, testkit.Every(250*time.Millisecond))
 	if lines := op.LogLinesWith("forbidden", 5); lines != "" {
 		t.Errorf("the operator met forbidden requests (it asked for more than namespace mode grants):\n%s", lines)
 	}

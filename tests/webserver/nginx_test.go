@@ -25,8 +25,8 @@ import (
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/channels"
-	"example.com/simplewebapp-operator/controllers"
-	"example.com/simplewebapp-operator/tests/kit"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 const hostile = `<script>alert("xss")</script><b>bold</b> & "quotes"`
@@ -38,15 +38,15 @@ func TestMessageIsServedAsText(t *testing.T) {
 			t.Fatal("no nginx binary: run `make test-webserver`, which installs Debian's nginx-light")
 		}
 	}
-	for _, version := range kit.Versions(t) {
+	for _, version := range testkit.Versions(t) {
 		t.Run(version, func(t *testing.T) {
 			swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo"},
 				Spec: webappv1.SimpleWebAppSpec{Message: hostile, Version: version}}
-			rel, err := controllers.Channels{FS: channels.FS}.Resolve(context.Background(), swa.Spec)
+			rel, err := render.Channels{FS: channels.FS}.Resolve(context.Background(), swa.Spec)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rendered, err := controllers.Render(rel, swa)
+			rendered, err := render.Render(rel, swa)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +150,7 @@ http {
 		}
 	})
 	base := "http://" + addr
-	kit.WaitFor(t, 15*time.Second, "nginx to answer on "+addr, func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 15*time.Second, "nginx to answer on "+addr, func(ctx context.Context) (bool, string) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/healthz", nil)
 		if err != nil {
 			t.Fatal(err)
@@ -161,7 +161,7 @@ http {
 		}
 		resp.Body.Close()
 		return true, ""
-	}, kit.Diag(func() string {
+	}, testkit.Diag(func() string {
 		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
 		return "--- nginx error.log ---\n" + string(log)
 	}))

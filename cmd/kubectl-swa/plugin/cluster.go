@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/controllers"
+	"example.com/simplewebapp-operator/internal/render"
 )
 
 // connect returns a client for the kubeconfig's cluster and the namespace of
@@ -88,7 +88,7 @@ func dryRunSimpleWebApp(ctx context.Context, cl client.Client, file *webappv1.Si
 // targetRelease is the version the reconciler applies for swa (its spec and
 // status), and why: resolved from the channels, or the last healthy version
 // when the resolved one was rolled back for this generation and channel.
-func targetRelease(ctx context.Context, src controllers.Channels, swa *webappv1.SimpleWebApp) (controllers.Release, string, error) {
+func targetRelease(ctx context.Context, src render.Channels, swa *webappv1.SimpleWebApp) (render.Release, string, error) {
 	rel, err := src.Resolve(ctx, swa.Spec)
 	if err != nil {
 		return rel, "", err
@@ -97,7 +97,7 @@ func targetRelease(ctx context.Context, src controllers.Channels, swa *webappv1.
 	if rel.Channel != "" {
 		why = fmt.Sprintf("newest in channel %q", rel.Channel)
 	}
-	if !controllers.HeldBack(swa, rel) {
+	if !render.HeldBack(swa, rel) {
 		return rel, why, nil
 	}
 	back, err := src.Resolve(ctx, webappv1.SimpleWebAppSpec{Version: swa.Status.LastHealthyVersion})

@@ -22,7 +22,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/controllers"
+	"example.com/simplewebapp-operator/internal/apply"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/step"
 )
 
 // diff shows what applying each SimpleWebApp of -f would change in the
@@ -62,7 +64,7 @@ func diff(args []string, stdout, stderr io.Writer) (int, error) {
 type differ struct {
 	cl       client.Client
 	dyn      dynamic.Interface
-	src      controllers.Channels
+	src      render.Channels
 	out, log io.Writer
 }
 
@@ -95,11 +97,11 @@ func (d *differ) one(ctx context.Context, file *webappv1.SimpleWebApp) (bool, er
 		return changed, err
 	}
 	fmt.Fprintf(d.log, "SimpleWebApp %s/%s: version %s (%s)\n", next.Namespace, next.Name, rel.Version, why)
-	rendered, err := controllers.Render(rel, next)
+	rendered, err := render.Render(rel, next)
 	if err != nil {
 		return changed, err
 	}
-	desired := controllers.DesiredObjects(next, rendered)
+	desired := apply.DesiredObjects(next, rendered)
 	var keep []webappv1.ObjectReference
 	for _, obj := range desired {
 		gvk := obj.GroupVersionKind()
@@ -148,7 +150,7 @@ func (d *differ) dryRunApply(ctx context.Context, owner *webappv1.SimpleWebApp, 
 	ri := d.dyn.Resource(mapping.Resource).Namespace(obj.GetNamespace())
 	live, err := ri.Get(ctx, obj.GetName(), metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		after, err := ri.Create(ctx, obj, metav1.CreateOptions{FieldManager: controllers.ManagerName, DryRun: []string{metav1.DryRunAll}})
+		after, err := ri.Create(ctx, obj, metav1.CreateOptions{FieldManager: render.ManagerName, DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return nil, nil, refused(err, gvk.Kind, obj.GetName(), "create")
 		}
@@ -158,7 +160,7 @@ func (d *differ) dryRunApply(ctx context.Context, owner *webappv1.SimpleWebApp, 
 		return nil, nil, err
 	}
 	if !metav1.IsControlledBy(live, owner) {
-		return nil, nil, &controllers.StepError{Reason: webappv1.ReasonObjectNotOwned, Terminal: true,
+		return nil, nil, &step.Error{Reason: webappv1.ReasonObjectNotOwned, Terminal: true,
 			Message: fmt.Sprintf("%s %s exists and is not controlled by this SimpleWebApp; it is left untouched (delete or rename it, or rename the SimpleWebApp)", gvk.Kind, obj.GetName())}
 	}
 	body := obj.DeepCopy()
@@ -168,7 +170,7 @@ func (d *differ) dryRunApply(ctx context.Context, owner *webappv1.SimpleWebApp, 
 		return nil, nil, err
 	}
 	after, err := ri.Patch(ctx, obj.GetName(), types.ApplyPatchType, raw, metav1.PatchOptions{
-		FieldManager: controllers.ManagerName, Force: ptr.To(true), DryRun: []string{metav1.DryRunAll}})
+		FieldManager: render.ManagerName, Force: ptr.To(true), DryRun: []string{metav1.DryRunAll}})
 	if err != nil {
 		return nil, nil, refused(err, gvk.Kind, obj.GetName(), "apply")
 	}
@@ -184,7 +186,7 @@ func refused(err error, kind, name, verb string) error {
 		if errors.As(err, &st) {
 			msg = st.Status().Message
 		}
-		return &controllers.StepError{Reason: webappv1.ReasonApplyRejected, Terminal: true,
+		return &step.Error{Reason: webappv1.ReasonApplyRejected, Terminal: true,
 			Message: fmt.Sprintf("%s %s: the API server refused the %s: %s: %s", kind, name, verb, apierrors.ReasonForError(err), msg)}
 	}
 	return fmt.Errorf("%s %s: %s: %w", kind, name, verb, err)

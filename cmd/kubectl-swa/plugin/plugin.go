@@ -1,6 +1,6 @@
 // Package plugin is `kubectl swa`: render, diff and versions of
-// SimpleWebApps through the operator's own code (controllers.Channels,
-// controllers.Render, controllers.DesiredObjects), so what it shows is what
+// SimpleWebApps through the operator's own code (render.Channels,
+// render.Render, apply.DesiredObjects), so what it shows is what
 // the reconciler would do, refusals included.
 package plugin
 
@@ -17,7 +17,8 @@ import (
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/channels"
-	"example.com/simplewebapp-operator/controllers"
+	"example.com/simplewebapp-operator/internal/render"
+	"example.com/simplewebapp-operator/internal/step"
 )
 
 // Exit codes, as `kubectl diff`: 0 no change, 1 changes, above 1 an error or
@@ -55,7 +56,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	code := ExitOK
 	switch args[0] {
 	case "render":
-		err = render(args[1:], stdout)
+		err = renderCmd(args[1:], stdout)
 	case "diff":
 		code, err = diff(args[1:], stdout, stderr)
 	case "versions":
@@ -67,7 +68,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
 		}
-		var se *controllers.StepError
+		var se *step.Error
 		if errors.As(err, &se) {
 			fmt.Fprintf(stderr, "refused: %s: %s\n", se.Reason, se.Message)
 		} else {
@@ -118,8 +119,8 @@ func parse(fs *flag.FlagSet, args []string) error {
 
 // source is the channels the operator reads: the embedded tree, with
 // --channels-dir laid over it.
-func (c *common) source() controllers.Channels {
-	src := controllers.Channels{FS: channels.FS}
+func (c *common) source() render.Channels {
+	src := render.Channels{FS: channels.FS}
 	if c.channelsDir != "" {
 		src.Dir = os.DirFS(c.channelsDir)
 	}

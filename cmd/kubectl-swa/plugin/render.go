@@ -10,14 +10,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/controllers"
+	"example.com/simplewebapp-operator/internal/apply"
+	"example.com/simplewebapp-operator/internal/render"
 )
 
-// render prints the objects the operator would apply for each SimpleWebApp,
+// renderCmd prints the objects the operator would apply for each SimpleWebApp,
 // in the format of the golden files (tests/golden): each object after a
 // "---" line, then the handoff fields, which the operator applies as a
 // separate field manager.
-func render(args []string, stdout io.Writer) error {
+func renderCmd(args []string, stdout io.Writer) error {
 	var c common
 	var version, channel string
 	fs := newFlags("render", &c, false)
@@ -52,12 +53,12 @@ func render(args []string, stdout io.Writer) error {
 	return nil
 }
 
-func renderOne(ctx context.Context, src controllers.Channels, swa *webappv1.SimpleWebApp) ([]byte, error) {
+func renderOne(ctx context.Context, src render.Channels, swa *webappv1.SimpleWebApp) ([]byte, error) {
 	rel, err := src.Resolve(ctx, swa.Spec)
 	if err != nil {
 		return nil, err
 	}
-	rendered, err := controllers.Render(rel, swa)
+	rendered, err := render.Render(rel, swa)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +75,7 @@ func renderOne(ctx context.Context, src controllers.Channels, swa *webappv1.Simp
 		if err != nil {
 			return nil, err
 		}
-		out = append(append(out, "--- # fields applied by "+controllers.HandoffManager+"\n"...), b...)
+		out = append(append(out, "--- # fields applied by "+apply.HandoffManager+"\n"...), b...)
 	}
 	return out, nil
 }

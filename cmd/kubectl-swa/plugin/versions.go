@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
-	"example.com/simplewebapp-operator/controllers"
+	"example.com/simplewebapp-operator/internal/render"
 )
 
 // versions lists the channels and package versions the operator knows and,
@@ -32,26 +32,9 @@ func versions(args []string, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	src := c.source()
 
-	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "CHANNEL\tNEWEST\tVERSIONS\tFROM")
-	for _, ch := range channelNames(src) {
-		listed, from, err := channelVersions(src, ch)
-		newest := "-"
-		if rel, rerr := src.Resolve(ctx, webappv1.SimpleWebAppSpec{Channel: ch}); rerr == nil {
-			newest = rel.Version
-		} else if err == nil {
-			err = rerr
-		}
-		if err != nil {
-			fmt.Fprintf(w, "%s\t-\t%s\t%s\n", ch, oneLine(err.Error()), from)
-			continue
-		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", ch, newest, strings.Join(listed, ", "), from)
-	}
-	if err := w.Flush(); err != nil {
+	if err := printChannels(ctx, stdout, src); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "\nPACKAGE %s: %s\n", controllers.PackageName, strings.Join(packageVersions(src), ", "))
 	if c.file == "" {
 		return nil
 	}
@@ -73,40 +56,74 @@ func versions(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	for _, swa := range apps {
-		fmt.Fprintf(stdout, "\nSimpleWebApp %s/%s:\n", swa.Namespace, swa.Name)
-		// The reconciler decides from the stored object: the spec of the
-		// file as the API server would store it, and the live status.
-		var live *webappv1.SimpleWebApp
-		target := swa
-		if cl != nil {
-			var err error
-			if live, target, err = dryRunSimpleWebApp(ctx, cl, swa); err != nil {
-				return fmt.Errorf("SimpleWebApp %s/%s: %w", swa.Namespace, swa.Name, err)
-			}
-			if live == nil {
-				fmt.Fprintln(stdout, "  running:  nothing (not in the cluster)")
-			} else {
-				fmt.Fprintf(stdout, "  running:  %s\n", running(live))
-			}
+		if err := printApp(ctx, stdout, src, cl, swa); err != nil {
+			return err
 		}
-		rel, why, err := targetRelease(ctx, src, target)
+	}
+	return nil
+}
+
+// printChannels prints each channel's versions and the package's.
+func printChannels(ctx context.Context, stdout io.Writer, src render.Channels) error {
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "CHANNEL\tNEWEST\tVERSIONS\tFROM")
+	for _, ch := range channelNames(src) {
+		listed, from, err := channelVersions(src, ch)
+		newest := "-"
+		if rel, rerr := src.Resolve(ctx, webappv1.SimpleWebAppSpec{Channel: ch}); rerr == nil {
+			newest = rel.Version
+		} else if err == nil {
+			err = rerr
+		}
 		if err != nil {
-			fmt.Fprintf(stdout, "  would:    stall: %v\n", err)
+			fmt.Fprintf(w, "%s\t-\t%s\t%s\n", ch, oneLine(err.Error()), from)
 			continue
 		}
-		fmt.Fprintf(stdout, "  desired:  %s: %s\n", rel.Version, why)
-		switch {
-		case live == nil && cl != nil:
-			fmt.Fprintf(stdout, "  would:    install %s\n", rel.Version)
-		case live == nil:
-			fmt.Fprintf(stdout, "  would:    run %s\n", rel.Version)
-		case live.Status.Version == rel.Version:
-			fmt.Fprintf(stdout, "  would:    stay at %s\n", rel.Version)
-		case live.Status.Version == "":
-			fmt.Fprintf(stdout, "  would:    install %s\n", rel.Version)
-		default:
-			fmt.Fprintf(stdout, "  would:    move %s -> %s (%s)\n", live.Status.Version, rel.Version, direction(live.Status.Version, rel.Version))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", ch, newest, strings.Join(listed, ", "), from)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "\nPACKAGE %s: %s\n", render.PackageName, strings.Join(packageVersions(src), ", "))
+	return nil
+}
+
+// printApp prints what runs of swa (when the cluster is reachable: cl), the
+// version it would get, and the move.
+func printApp(ctx context.Context, stdout io.Writer, src render.Channels, cl client.Client, swa *webappv1.SimpleWebApp) error {
+	fmt.Fprintf(stdout, "\nSimpleWebApp %s/%s:\n", swa.Namespace, swa.Name)
+	// The reconciler decides from the stored object: the spec of the file
+	// as the API server would store it, and the live status.
+	var live *webappv1.SimpleWebApp
+	target := swa
+	if cl != nil {
+		var err error
+		if live, target, err = dryRunSimpleWebApp(ctx, cl, swa); err != nil {
+			return fmt.Errorf("SimpleWebApp %s/%s: %w", swa.Namespace, swa.Name, err)
 		}
+		if live == nil {
+			fmt.Fprintln(stdout, "  running:  nothing (not in the cluster)")
+		} else {
+			fmt.Fprintf(stdout, "  running:  %s\n", running(live))
+		}
+	}
+	rel, why, err := targetRelease(ctx, src, target)
+	if err != nil {
+		fmt.Fprintf(stdout, "  would:    stall: %v\n", err)
+		return nil
+	}
+	fmt.Fprintf(stdout, "  desired:  %s: %s\n", rel.Version, why)
+	switch {
+	case live == nil && cl != nil:
+		fmt.Fprintf(stdout, "  would:    install %s\n", rel.Version)
+	case live == nil:
+		fmt.Fprintf(stdout, "  would:    run %s\n", rel.Version)
+	case live.Status.Version == rel.Version:
+		fmt.Fprintf(stdout, "  would:    stay at %s\n", rel.Version)
+	case live.Status.Version == "":
+		fmt.Fprintf(stdout, "  would:    install %s\n", rel.Version)
+	default:
+		fmt.Fprintf(stdout, "  would:    move %s -> %s (%s)\n", live.Status.Version, rel.Version, direction(live.Status.Version, rel.Version))
 	}
 	return nil
 }
@@ -144,7 +161,7 @@ func direction(from, to string) string {
 }
 
 // channelNames are the channel files of the embedded tree and --channels-dir.
-func channelNames(src controllers.Channels) []string {
+func channelNames(src render.Channels) []string {
 	var names []string
 	for _, fsys := range []fs.FS{src.Dir, src.FS} {
 		if fsys == nil {
@@ -166,7 +183,7 @@ func channelNames(src controllers.Channels) []string {
 
 // channelVersions lists the versions of the package a channel file names,
 // and which tree it comes from (--channels-dir wins, as in the operator).
-func channelVersions(src controllers.Channels, name string) ([]string, string, error) {
+func channelVersions(src render.Channels, name string) ([]string, string, error) {
 	from := "embedded"
 	raw, err := fs.ReadFile(orEmpty(src.Dir), name)
 	if err == nil {
@@ -188,7 +205,7 @@ func channelVersions(src controllers.Channels, name string) ([]string, string, e
 	}
 	var out []string
 	for _, m := range ch.Manifests {
-		if m.Name == controllers.PackageName {
+		if m.Name == render.PackageName {
 			out = append(out, m.Version)
 		}
 	}
@@ -196,13 +213,13 @@ func channelVersions(src controllers.Channels, name string) ([]string, string, e
 }
 
 // packageVersions lists the package versions of both trees, oldest first.
-func packageVersions(src controllers.Channels) []string {
+func packageVersions(src render.Channels) []string {
 	var out []string
 	for _, fsys := range []fs.FS{src.Dir, src.FS} {
 		if fsys == nil {
 			continue
 		}
-		dir := path.Join("packages", controllers.PackageName)
+		dir := path.Join("packages", render.PackageName)
 		entries, _ := fs.ReadDir(fsys, dir)
 		for _, e := range entries {
 			if _, err := fs.Stat(fsys, path.Join(dir, e.Name(), "kustomization.yaml")); err == nil && !slices.Contains(out, e.Name()) {

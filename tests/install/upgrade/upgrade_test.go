@@ -39,9 +39,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"example.com/simplewebapp-operator/hack/install"
-	"example.com/simplewebapp-operator/tests/cluster"
-	"example.com/simplewebapp-operator/tests/kit"
-	"example.com/simplewebapp-operator/tests/operatortest"
+	"example.com/simplewebapp-operator/internal/localcluster"
+	"example.com/simplewebapp-operator/internal/operatortest"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 const (
@@ -71,7 +71,7 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctrllog.SetLogger(logr.Discard()) // the clients' logs say nothing the test needs
 	var err error
-	if root, err = cluster.RepoRoot(); err != nil {
+	if root, err = localcluster.RepoRoot(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -165,7 +165,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	t0 := time.Now()
-	c, err := cluster.Start(t.Context(), cluster.Options{Profile: cluster.ProfileFull})
+	c, err := localcluster.Start(t.Context(), localcluster.Options{Profile: localcluster.ProfileFull})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func newEnv(t *testing.T) *env {
 		}
 	})
 	t.Logf("full cluster ready in %s", time.Since(t0).Round(time.Millisecond))
-	binDir, err := cluster.BinDir()
+	binDir, err := localcluster.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +485,7 @@ func (e *env) requestReconcile(t *testing.T) {
 	for _, name := range appNames() {
 		e.kubectl(t, "annotate", "-n", appsNS, "swa", name, "--overwrite", "simplewebapp.example.com/reconcile-requested-at="+token)
 	}
-	kit.WaitFor(t, 2*time.Minute, "the new operator to handle every app (lastHandledReconcileAt) and each Ready", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "the new operator to handle every app (lastHandledReconcileAt) and each Ready", func(ctx context.Context) (bool, string) {
 		list, err := e.dyn.Resource(swaGVR).Namespace(appsNS).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -500,7 +500,7 @@ func (e *env) requestReconcile(t *testing.T) {
 			seen = append(seen, fmt.Sprintf("%s: handled %q Ready=%s", o.GetName(), got, readyOf(&o)))
 		}
 		return handled == len(appNames()), strings.Join(seen, "; ")
-	}, kit.Every(100*time.Millisecond), kit.Diag(func() string { return "--- operator log ---\n" + e.op.LogTail(30) }))
+	}, testkit.Every(100*time.Millisecond), testkit.Diag(func() string { return "--- operator log ---\n" + e.op.LogTail(30) }))
 }
 
 // compare checks that the upgrade changed nothing that matters. The moved
@@ -602,10 +602,10 @@ func upgrade(t *testing.T, installOld, upgradeInstall func(t *testing.T, e *env)
 	if !strings.Contains(old.LogTail(100), "starting manager") {
 		t.Fatalf("the old operator did not start:\n%s", old.LogTail(40))
 	}
-	kit.Namespace(t, e.cl, kit.NS{Name: appsNS, PodSecurity: "restricted", WaitForServiceAccount: true, Keep: true})
+	testkit.Namespace(t, e.cl, testkit.NS{Name: appsNS, PodSecurity: "restricted", WaitForServiceAccount: true, Keep: true})
 	e.kubectl(t, "apply", "-n", appsNS, "-f", writeFile(t, "apps.yaml", []byte(apps)))
-	kit.WaitFor(t, 3*time.Minute, "every app Ready under the "+oldVersion+" operator", e.readiness,
-		kit.Every(200*time.Millisecond), kit.Diag(func() string { return "--- old operator log ---\n" + old.LogTail(30) }))
+	testkit.WaitFor(t, 3*time.Minute, "every app Ready under the "+oldVersion+" operator", e.readiness,
+		testkit.Every(200*time.Millisecond), testkit.Diag(func() string { return "--- old operator log ---\n" + old.LogTail(30) }))
 	before := e.snapshot(t)
 	// A release that also promotes a version in a channel moves the apps on
 	// that channel to it: a channel move, which rolls their pods by design
@@ -619,7 +619,7 @@ func upgrade(t *testing.T, installOld, upgradeInstall func(t *testing.T, e *env)
 			if channel == "" {
 				channel = "stable"
 			}
-			want = kit.ChannelVersion(t, channel)
+			want = testkit.ChannelVersion(t, channel)
 		}
 		if want != before[name].version {
 			moved[name] = want
@@ -653,7 +653,7 @@ func upgrade(t *testing.T, installOld, upgradeInstall func(t *testing.T, e *env)
 	e.requestReconcile(t)
 	t.Logf("FIGURE upgrade (install, operator switch, every app handled by the new operator): %s", time.Since(t1).Round(time.Millisecond))
 	// A late write would still show: nothing moves for a few seconds more.
-	kit.HoldsFor(t, 5*time.Second, "the apps' ReplicaSets and pods unchanged", func(context.Context) (bool, string) {
+	testkit.HoldsFor(t, 5*time.Second, "the apps' ReplicaSets and pods unchanged", func(context.Context) (bool, string) {
 		now := e.snapshot(t)
 		for _, name := range appNames() {
 			if _, ok := moved[name]; ok {
@@ -664,7 +664,7 @@ func upgrade(t *testing.T, installOld, upgradeInstall func(t *testing.T, e *env)
 			}
 		}
 		return true, ""
-	}, kit.Every(500*time.Millisecond))
+	}, testkit.Every(500*time.Millisecond))
 	broken := slices.DeleteFunc(stopWatch(), func(line string) bool {
 		for name := range moved {
 			if strings.Contains(line, " "+name+": Ready=") {
@@ -708,7 +708,7 @@ func TestUpgradeWithInstallYAML(t *testing.T) {
 // upgrades what is in crds/; docs/install.md).
 func TestUpgradeWithHelm(t *testing.T) {
 	upgrade(t, func(t *testing.T, e *env) {
-		kit.Namespace(t, e.cl, kit.NS{Name: namespace, PodSecurity: "restricted", Keep: true})
+		testkit.Namespace(t, e.cl, testkit.NS{Name: namespace, PodSecurity: "restricted", Keep: true})
 		t.Logf("%s", e.helm(t, "install", release, filepath.Join(oldRoot, "config/helm/simplewebapp-operator"),
 			"--namespace", namespace, "--set", "image.tag="+oldVersion))
 	}, func(t *testing.T, e *env) {

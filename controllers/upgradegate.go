@@ -1,0 +1,82 @@
+package controllers
+
+import (
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/internal/render"
+)
+
+// DefaultUpgradeTimeout applies when spec.upgradeTimeout is unset (the API
+// server defaults it; this covers objects stored before the field existed).
+const DefaultUpgradeTimeout = 5 * time.Minute
+
+// gate is the health gate's decision for one pass: the upgrade bookkeeping
+// that goes into status, and whether to roll back.
+type gate struct {
+	lastHealthy   string
+	upgrade       *webappv1.UpgradeStatus
+	failedUpgrade *webappv1.FailedUpgrade
+	rollback      bool
+	// requeueAfter: check the deadline even if nothing else happens.
+	requeueAfter time.Duration
+}
+
+// gateUpgrade follows a version change after it was applied: it records the
+// last healthy version, times the roll-out of a new one, and decides to roll
+// back when the new version is not Ready by its deadline (or its roll-out
+// failed). applied is the release just applied, heldBack whether it stands in
+// for a failed one.
+func gateUpgrade(swa *webappv1.SimpleWebApp, applied render.Release, heldBack bool, workload *appsv1.Deployment, now time.Time) gate {
+	st := swa.Status
+	g := gate{lastHealthy: st.LastHealthyVersion, failedUpgrade: st.FailedUpgrade}
+	if !heldBack {
+		g.failedUpgrade = nil // the spec or the channel changed since it failed
+	}
+	done, failed, msg := rollout(workload)
+	if done {
+		g.lastHealthy = applied.Version
+		return g
+	}
+	if heldBack || st.LastHealthyVersion == "" || applied.Version == st.LastHealthyVersion {
+		return g // not an upgrade: a first install or a change within a version
+	}
+	up := st.Upgrade
+	if up == nil || up.To != applied.Version || up.From != st.LastHealthyVersion {
+		// Truncated as the API stores it, so every pass sees the same value.
+		up = &webappv1.UpgradeStatus{From: st.LastHealthyVersion, To: applied.Version, StartedAt: metav1.NewTime(now.Truncate(time.Second))}
+	}
+	deadline := upgradeDeadline(swa, up)
+	if !failed && now.Before(deadline) {
+		g.upgrade = up
+		g.requeueAfter = deadline.Sub(now)
+		return g
+	}
+	g.rollback = true
+	g.failedUpgrade = &webappv1.FailedUpgrade{
+		Version:         applied.Version,
+		Generation:      swa.Generation,
+		ChannelRevision: applied.ChannelRevision,
+		Message:         fmt.Sprintf("not Ready within %s: %s", upgradeTimeout(swa), msg),
+		RolledBackAt:    metav1.NewTime(now),
+	}
+	return g
+}
+
+// upgradeDeadline is when an upgrade is given up. startedAt has second
+// precision, so the whole second the upgrade started in counts: a roll-back
+// comes between timeout and timeout+1s after the start, never before.
+func upgradeDeadline(swa *webappv1.SimpleWebApp, up *webappv1.UpgradeStatus) time.Time {
+	return up.StartedAt.Add(upgradeTimeout(swa) + time.Second)
+}
+
+func upgradeTimeout(swa *webappv1.SimpleWebApp) time.Duration {
+	if t := swa.Spec.UpgradeTimeout; t != nil && t.Duration > 0 {
+		return t.Duration
+	}
+	return DefaultUpgradeTimeout
+}
