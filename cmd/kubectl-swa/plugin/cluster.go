@@ -108,3 +108,16 @@ func targetRelease(ctx context.Context, src render.Channels, swa *webappv1.Simpl
 	fu := swa.Status.FailedUpgrade
 	return back, fmt.Sprintf("%s, but %s was rolled back (%s) and is held back until the spec or the channel changes", why, rel.Version, fu.Message), nil
 }
+
+func mergeMaps(dst, src map[string]string) map[string]string {
+	if len(src) == 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = map[string]string{}
+	}
+	for k, v := range src {
+		dst[k] = v
+	}
+	return dst
+}

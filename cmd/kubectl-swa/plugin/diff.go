@@ -263,19 +263,6 @@ func toUnstructured(swa *webappv1.SimpleWebApp) (*unstructured.Unstructured, err
 	return u, nil
 }
 
-func mergeMaps(dst, src map[string]string) map[string]string {
-	if len(src) == 0 {
-		return dst
-	}
-	if dst == nil {
-		dst = map[string]string{}
-	}
-	for k, v := range src {
-		dst[k] = v
-	}
-	return dst
-}
-
 // lines splits s into lines; none for an absent object.
 func lines(s string) []string {
 	if s == "" {
