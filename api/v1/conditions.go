@@ -52,6 +52,16 @@ const (
 	// ReasonRolledBack: a new version did not become Ready within
 	// spec.upgradeTimeout and the last healthy one was re-applied.
 	ReasonRolledBack = "RolledBack"
+	// ReasonImageNotAllowed: a rendered container image is outside the
+	// registries and repositories the operator's --allowed-images lists.
+	ReasonImageNotAllowed = "ImageNotAllowed"
+	// ReasonRenderTimeout: rendering took longer than the operator allows;
+	// it is not tried again until the spec or the package changes.
+	ReasonRenderTimeout = "RenderTimeout"
+	// ReasonVersionWithdrawn: the version is withdrawn by its channel or
+	// package; no SimpleWebApp may move to it, and those running it are
+	// told to move.
+	ReasonVersionWithdrawn = "VersionWithdrawn"
 
 	// ReasonApplyFailed: a write to the API server failed in a way that may
 	// pass (a timeout, a conflict, the server unavailable); retried with
@@ -71,7 +81,8 @@ const (
 var TerminalReasons = []string{
 	ReasonChannelNotFound, ReasonChannelInvalid, ReasonVersionNotFound, ReasonRenderFailed,
 	ReasonOperatorTooOld, ReasonPatchNotAllowed, ReasonPolicyViolation, ReasonObjectNotOwned,
-	ReasonApplyRejected, ReasonRolloutFailed, ReasonRolledBack,
+	ReasonApplyRejected, ReasonRolloutFailed, ReasonRolledBack, ReasonImageNotAllowed,
+	ReasonRenderTimeout, ReasonVersionWithdrawn,
 }
 
 // TransientReasons are retried with backoff: Reconciling=True, kstatus
