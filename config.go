@@ -42,6 +42,7 @@ type Config struct {
 	Upgrades        int
 	Shard           string
 	WatchNamespaces string
+	RefusedPatches  string
 
 	ShowVersion bool
 	Zap         zap.Options
@@ -80,6 +81,7 @@ func parseFlags(args []string, inCluster bool) (*Config, error) {
 	fs.IntVar(&c.Upgrades, "max-concurrent-upgrades", 20, "SimpleWebApps rolling out a new version at once, when a channel moves; the others keep their running version until a slot frees up. 0: unbounded.")
 	fs.StringVar(&c.Shard, "watch-label-selector", "", "Reconcile only the SimpleWebApps this label selector matches, e.g. sharding.simplewebapp.example.com/key=shard1 (one operator Deployment per shard) or 'sharding.simplewebapp.example.com/key notin (shard1,shard2)' for the rest.")
 	fs.StringVar(&c.WatchNamespaces, "watch-namespaces", "", "Comma-separated namespaces whose SimpleWebApps are reconciled (cache and watches only there), so the operator needs rights only there (Roles, see config/namespaced). Empty: every namespace.")
+	fs.StringVar(&c.RefusedPatches, "refused-patches", controllers.RefusedPatchesRemove, "What becomes of patches that the running objects carry but the rules refuse now (after an operator upgrade or a narrower patch policy): \"remove\" applies the render without them; \"report\" leaves the running objects as they are and only reports (Stalled, an event, simplewebapp_refused_patches_live), for a migration window.")
 	fs.StringVar(&c.PprofAddr, "pprof-bind-address", "", "Address of Go's /debug/pprof endpoints (heap profiles for the benchmark); empty disables them.")
 	fs.DurationVar(&c.StuckAfter, "stuck-reconcile-timeout", 5*time.Minute, "/healthz fails (and the liveness probe restarts the operator) while a reconcile has run for longer than this.")
 	fs.BoolVar(&c.ShowVersion, "version", false, "Print the version, source revision and Go version, and exit.")
@@ -99,6 +101,9 @@ func (c *Config) validate() error {
 	}
 	if c.namespaces, err = parseNamespaces(c.WatchNamespaces); err != nil {
 		return fmt.Errorf("--watch-namespaces: %w", err)
+	}
+	if c.RefusedPatches != controllers.RefusedPatchesRemove && c.RefusedPatches != controllers.RefusedPatchesReport {
+		return fmt.Errorf("--refused-patches: %q is neither %q nor %q", c.RefusedPatches, controllers.RefusedPatchesRemove, controllers.RefusedPatchesReport)
 	}
 	if c.ChannelsDir != "" {
 		if _, err := os.Stat(c.ChannelsDir); err != nil {

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
@@ -28,6 +29,17 @@ func (r *SimpleWebAppReconciler) recordEvents(before, after *webappv1.SimpleWebA
 			r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, f.Reason, "Reconcile", "generation %d: %s", after.Generation, f.Message)
 		}
 		return
+	}
+	if rp := o.refused; rp != nil {
+		// Once, when the running objects lose what is refused.
+		old := meta.FindStatusCondition(before.Status.Conditions, webappv1.ConditionStalled)
+		if old == nil || old.Status != metav1.ConditionTrue || old.Message != rp.message() {
+			r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, "RefusedPatchesRemoved", "Apply", "generation %d: %s", after.Generation, rp.message())
+		}
+	}
+	if w := o.release.Withdrawn; w != nil && !meta.IsStatusConditionTrue(before.Status.Conditions, webappv1.ConditionVersionWithdrawn) {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, webappv1.ReasonVersionWithdrawn, "Resolve",
+			"version %s is withdrawn (%s): it keeps running until spec.version or spec.channel moves it", w.Version, w.Reason)
 	}
 	if o.rolledBack {
 		fu := after.Status.FailedUpgrade

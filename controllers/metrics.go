@@ -34,6 +34,20 @@ func recordMetrics(before, after *webappv1.SimpleWebApp, o outcome) {
 			metrics.Stalled.WithLabelValues(ns, name, c.Reason).Set(1)
 		}
 	}
+	if o.release.Version != "" { // a pass that resolved no version tells nothing about either
+		metrics.RefusedLive.DeletePartialMatch(prometheus.Labels{"namespace": ns, "name": name})
+		if rp := o.refused; rp != nil {
+			action := "removed"
+			if rp.action == RefusedPatchesReport {
+				action = "reported"
+			}
+			metrics.RefusedLive.WithLabelValues(ns, name, action).Set(1)
+		}
+		metrics.VersionWithdrawn.DeletePartialMatch(prometheus.Labels{"namespace": ns, "name": name})
+		if w := o.release.Withdrawn; w != nil {
+			metrics.VersionWithdrawn.WithLabelValues(ns, name, w.Version).Set(1)
+		}
+	}
 	if o.rolledBack {
 		metrics.Rollbacks.Inc()
 		metrics.Upgrades.WithLabelValues("rolled_back").Inc()

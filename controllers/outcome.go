@@ -37,6 +37,10 @@ type outcome struct {
 	// not happen after all, status is computed from it again.
 	unconfirmed *webappv1.SimpleWebAppStatus
 
+	// refused: patches the running objects carried are refused now
+	// (refused.go).
+	refused *refusedPatches
+
 	// Health-gated upgrades (upgrade.go).
 	heldBack   bool // the desired version failed before: the last healthy one is applied
 	rolledBack bool // this pass rolled back

@@ -46,6 +46,9 @@ func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.Si
 	o.release = rel
 	rendered, err := r.Renders.Render(ctx, rel, swa)
 	if err != nil {
+		rendered, err = r.renderWithoutRefused(ctx, rel, swa, err, &o)
+	}
+	if err != nil {
 		o.fail(err, webappv1.ReasonRenderFailed)
 		return o
 	}
@@ -67,7 +70,7 @@ func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.Si
 // last healthy one instead of a version that was rolled back, the running
 // one while no upgrade slot is free.
 func (r *SimpleWebAppReconciler) resolve(ctx context.Context, swa *webappv1.SimpleWebApp, o *outcome) (render.Release, error) {
-	rel, err := r.Channels.Resolve(ctx, swa.Spec)
+	rel, err := r.Channels.ResolveApp(ctx, swa)
 	if err != nil {
 		return rel, err
 	}

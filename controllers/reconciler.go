@@ -46,6 +46,8 @@ type SimpleWebAppReconciler struct {
 	Upgrades *upgradeSlots
 	// Reach holds reconciles back while the API server cannot be reached.
 	Reach *guard.APIReach
+	// RefusedPatches: RefusedPatchesRemove (default) or RefusedPatchesReport.
+	RefusedPatches string
 
 	inflight sync.Map // reconcile.Request → start time (stuck reconciles fail liveness)
 }

@@ -40,6 +40,10 @@ type Options struct {
 	// MaxConcurrentUpgrades bounds the SimpleWebApps rolling out a new
 	// version at once (0: unbounded).
 	MaxConcurrentUpgrades int
+	// RefusedPatches says what becomes of patches the running objects carry
+	// that are refused now: RefusedPatchesRemove (default) or
+	// RefusedPatchesReport.
+	RefusedPatches string
 	// Reach is told about the manager client's requests (its Observe wraps
 	// the rest.Config); nil: a new one that sees none (reconciles never wait).
 	Reach *guard.APIReach
@@ -76,6 +80,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
 		Upgrades:                &upgradeSlots{max: opts.MaxConcurrentUpgrades},
 		Reach:                   opts.Reach,
+		RefusedPatches:          opts.RefusedPatches,
 	}
 	if r.Reach == nil {
 		r.Reach = guard.NewAPIReach()

@@ -26,6 +26,7 @@ func computeStatus(swa *webappv1.SimpleWebApp, o outcome) webappv1.SimpleWebAppS
 	setReadyCondition(&st, swa.Generation, ph)
 	setReconcilingCondition(&st, swa.Generation, ph)
 	setStalledCondition(&st, swa.Generation, ph)
+	setVersionWithdrawnCondition(&st, swa.Generation, o)
 	return st
 }
 
@@ -106,6 +107,8 @@ func phaseOf(swa *webappv1.SimpleWebApp, st *webappv1.SimpleWebAppStatus, o outc
 		return phase{kind: phaseStalled, reason: f.Reason, message: f.Message}
 	case f != nil:
 		return phase{kind: phaseRetrying, reason: f.Reason, message: "retrying: " + f.Message}
+	case o.refused != nil:
+		return phase{kind: phaseStalled, reason: o.refused.refusal.Reason, message: o.refused.message()}
 	case o.announcing:
 		return phase{kind: phaseProgressing, reason: webappv1.ReasonProgressing,
 			message: fmt.Sprintf("applying version %s (was %s)", o.release.Version, swa.Status.Version)}
@@ -156,4 +159,17 @@ func setStalledCondition(st *webappv1.SimpleWebAppStatus, gen int64, ph phase) {
 		status, msg = metav1.ConditionTrue, ph.message
 	}
 	setCondition(st, gen, webappv1.ConditionStalled, status, ph.reason, msg)
+}
+
+// setVersionWithdrawnCondition says whether the version kept running is
+// withdrawn. A pass that resolved no version leaves the condition as it was.
+func setVersionWithdrawnCondition(st *webappv1.SimpleWebAppStatus, gen int64, o outcome) {
+	switch w := o.release.Withdrawn; {
+	case o.release.Version == "":
+	case w != nil:
+		setCondition(st, gen, webappv1.ConditionVersionWithdrawn, metav1.ConditionTrue, webappv1.ReasonVersionWithdrawn,
+			fmt.Sprintf("version %s is withdrawn (%s): it keeps running until spec.version or spec.channel moves it", w.Version, w.Reason))
+	default:
+		meta.RemoveStatusCondition(&st.Conditions, webappv1.ConditionVersionWithdrawn)
+	}
 }

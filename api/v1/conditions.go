@@ -6,6 +6,11 @@ const (
 	ConditionReady       = "Ready"
 	ConditionReconciling = "Reconciling"
 	ConditionStalled     = "Stalled"
+	// ConditionVersionWithdrawn is True while the SimpleWebApp runs a
+	// version that was withdrawn after it moved there (reason
+	// VersionWithdrawn): it keeps running it, Ready as before, until its
+	// owner moves it. Absent otherwise.
+	ConditionVersionWithdrawn = "VersionWithdrawn"
 )
 
 // Reasons of the conditions: the public contract of status. Each one has a

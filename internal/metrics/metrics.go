@@ -48,10 +48,19 @@ var (
 		Name: "simplewebapp_stalled",
 		Help: "1 when the SimpleWebApp is Stalled (cannot proceed without a change), else 0.",
 	}, []string{"namespace", "name", "reason"})
+	VersionWithdrawn = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "simplewebapp_version_withdrawn",
+		Help: "1 while the SimpleWebApp keeps running a version that is withdrawn (withdrawn.yaml), by version.",
+	}, []string{"namespace", "name", "version"})
+	RefusedLive = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "simplewebapp_refused_patches_live",
+		Help: "1 while patches of the SimpleWebApp that the running objects carry are now refused, by action: removed (the render without them is applied) or reported (--refused-patches=report).",
+	}, []string{"namespace", "name", "action"})
 )
 
 func init() {
-	metrics.Registry.MustRegister(RenderDuration, RenderCacheHits, Applies, Writes, ObjectsApplied, Upgrades, Rollbacks, Ready, Stalled)
+	metrics.Registry.MustRegister(RenderDuration, RenderCacheHits, Applies, Writes, ObjectsApplied, Upgrades, Rollbacks, Ready, Stalled,
+		VersionWithdrawn, RefusedLive)
 }
 
 // RegisterBuildInfo serves simplewebapp_build_info{version,revision,goversion} 1,
@@ -72,4 +81,6 @@ func Forget(ns, name string) {
 	ObjectsApplied.DeletePartialMatch(labels)
 	Ready.DeletePartialMatch(labels)
 	Stalled.DeletePartialMatch(labels)
+	VersionWithdrawn.DeletePartialMatch(labels)
+	RefusedLive.DeletePartialMatch(labels)
 }

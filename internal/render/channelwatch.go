@@ -76,7 +76,8 @@ func (w *ChannelWatcher) wake(ctx context.Context, channels, versions map[string
 	for i := range list.Items {
 		swa := &list.Items[i]
 		following := swa.Spec.Version == "" && channels[swa.Spec.Channel]
-		if following || versions[swa.Spec.Version] || versions[swa.Status.Version] || versions[swa.Status.LastHealthyVersion] {
+		// A withdrawal can concern any version, pinned or followed.
+		if following || channels[WithdrawnFile] || versions[swa.Spec.Version] || versions[swa.Status.Version] || versions[swa.Status.LastHealthyVersion] {
 			select {
 			case w.Events <- event.GenericEvent{Object: swa}:
 			case <-ctx.Done():

@@ -29,6 +29,9 @@ type Release struct {
 	Version         string
 	// Files is the package directory (a kustomize base).
 	Files fs.FS
+	// Withdrawn is set when the version is withdrawn (WithdrawnFile) and the
+	// SimpleWebApp keeps it only because it already runs it (ResolveApp).
+	Withdrawn *Withdrawal
 }
 
 // Channels resolves SimpleWebApps to package versions from trees laid out as
@@ -43,7 +46,14 @@ type Channels struct {
 
 // Resolve picks spec.version when set, else the newest version of the package
 // in spec.channel (kdp's semantics: highest semver wins).
+// Withdrawn versions are not looked at: ResolveApp does that.
 func (c Channels) Resolve(ctx context.Context, spec webappv1.SimpleWebAppSpec) (Release, error) {
+	return c.resolve(ctx, spec, nil)
+}
+
+// resolve is Resolve, a channel picking its newest version that skip does
+// not exclude.
+func (c Channels) resolve(ctx context.Context, spec webappv1.SimpleWebAppSpec, skip func(version string) bool) (Release, error) {
 	rel := Release{Version: spec.Version}
 	if rel.Version == "" {
 		rel.Channel = spec.Channel
@@ -65,7 +75,10 @@ func (c Channels) Resolve(ctx context.Context, spec webappv1.SimpleWebAppSpec) (
 		if err := yaml.UnmarshalStrict(raw, &ch); err != nil {
 			return rel, step.Stalled(webappv1.ReasonChannelInvalid, "channel %q in %s is malformed: %v", rel.Channel, source, err)
 		}
-		latest, _ := ch.Latest(ctx, PackageName)
+		latest, skipped := latestNotSkipped(ctx, ch, skip)
+		if latest == nil && skipped {
+			return rel, step.Stalled(webappv1.ReasonVersionWithdrawn, "every version of %s that channel %q lists is withdrawn (%s)", PackageName, rel.Channel, WithdrawnFile)
+		}
 		if latest == nil {
 			return rel, step.Stalled(webappv1.ReasonChannelInvalid, "channel %q in %s lists no version of %s", rel.Channel, source, PackageName)
 		}

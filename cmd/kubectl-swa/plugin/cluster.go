@@ -86,16 +86,20 @@ func dryRunSimpleWebApp(ctx context.Context, cl client.Client, file *webappv1.Si
 }
 
 // targetRelease is the version the reconciler applies for swa (its spec and
-// status), and why: resolved from the channels, or the last healthy version
-// when the resolved one was rolled back for this generation and channel.
+// status), and why: resolved from the channels (withdrawn versions
+// skipped), or the last healthy version when the resolved one was rolled
+// back for this generation and channel.
 func targetRelease(ctx context.Context, src render.Channels, swa *webappv1.SimpleWebApp) (render.Release, string, error) {
-	rel, err := src.Resolve(ctx, swa.Spec)
+	rel, err := src.ResolveApp(ctx, swa)
 	if err != nil {
 		return rel, "", err
 	}
 	why := "pinned by spec.version"
 	if rel.Channel != "" {
 		why = fmt.Sprintf("newest in channel %q", rel.Channel)
+	}
+	if w := rel.Withdrawn; w != nil {
+		why += fmt.Sprintf("; withdrawn (%s), kept only because it runs already", w.Reason)
 	}
 	if !render.HeldBack(swa, rel) {
 		return rel, why, nil
