@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/internal/render"
 	"example.com/simplewebapp-operator/internal/testkit"
 )
 
@@ -198,8 +199,21 @@ func TestVersions(t *testing.T) {
 		t.Errorf("package versions %v not listed:\n%s", testkit.Versions(t), out)
 	}
 
+	// Withdrawn versions are listed, and a channel's newest skips them.
+	dir := t.TempDir()
+	rapid := testkit.ChannelVersion(t, "rapid")
+	testkit.WriteChannelFile(t, testkit.DirTree(dir), render.WithdrawnFile, "withdrawn:\n- {name: simplewebapp, version: "+rapid+", reason: too wide}\n")
+	code, out, errOut = swa(t, "versions", "--channels-dir", dir)
+	if want := "WITHDRAWN " + rapid + ": too wide\n"; code != 0 || !strings.Contains(out, want) {
+		t.Errorf("exit %d (%s); output lacks %q:\n%s", code, errOut, want, out)
+	}
+	code, out, _ = swa(t, "versions", "--offline", "--channels-dir", dir, "-f", writeCR(t, "default", "web", "channel: rapid"))
+	if code != 0 || !strings.Contains(out, "desired:  ") || strings.Contains(out, "desired:  "+rapid+":") {
+		t.Errorf("exit %d; want a desired version other than the withdrawn %s:\n%s", code, rapid, out)
+	}
+
 	ns := testkit.Namespace(t, env.Client, testkit.NS{Prefix: "plugin-", Keep: true})
-	stable, rapid := testkit.ChannelVersion(t, "stable"), testkit.ChannelVersion(t, "rapid")
+	stable := testkit.ChannelVersion(t, "stable")
 	deployed(t, writeCR(t, ns, "web", "channel: stable"))
 	code, out, errOut = swaCluster(t, "versions", "-f", writeCR(t, ns, "web", "channel: rapid"))
 	t.Logf("kubectl swa versions -f (channel rapid), exit %d:\n%s%s", code, errOut, out)

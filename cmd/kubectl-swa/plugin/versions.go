@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -85,6 +86,14 @@ func printChannels(ctx context.Context, stdout io.Writer, src render.Channels) e
 		return err
 	}
 	fmt.Fprintf(stdout, "\nPACKAGE %s: %s\n", render.PackageName, strings.Join(packageVersions(src), ", "))
+	withdrawn, err := src.Withdrawals()
+	if err != nil {
+		fmt.Fprintf(stdout, "WITHDRAWN: %s\n", oneLine(err.Error()))
+		return nil
+	}
+	for _, v := range slices.Sorted(maps.Keys(withdrawn)) {
+		fmt.Fprintf(stdout, "WITHDRAWN %s: %s\n", v, withdrawn[v].Reason)
+	}
 	return nil
 }
 
