@@ -40,6 +40,8 @@ type opts struct {
 	skipBare, skipChannelMove, pprof, keep     bool
 	baselineChannelMove                        bool
 	operatorArgs, gomemlimit, gogc             string
+	hostileApps                                int
+	skipHostile                                bool
 }
 
 func logf(format string, args ...any) {
@@ -69,6 +71,8 @@ func main() {
 	flag.StringVar(&o.operatorArgs, "operator-args", "", "more flags for the operator (space-separated)")
 	flag.StringVar(&o.gomemlimit, "gomemlimit", "", "GOMEMLIMIT of the operator, e.g. 90MiB (default: as config/manager/manager.yaml sets it; a baseline runs with its own revision's)")
 	flag.StringVar(&o.gogc, "gogc", "", "GOGC of the operator (default: as config/manager/manager.yaml sets it; a baseline runs with its own revision's)")
+	flag.IntVar(&o.hostileApps, "hostile-apps", 50, "ordinary SimpleWebApps of each round of the hostile neighbours run")
+	flag.BoolVar(&o.skipHostile, "skip-hostile", false, "do not run the hostile neighbours rounds")
 	flag.Parse()
 	o.kcmQPS, o.schedQPS = float32(kcmQPS), float32(schedQPS)
 	ctrllog.SetLogger(logr.Discard()) // the bench's own clients: nothing to say
@@ -97,6 +101,7 @@ type result struct {
 	Bare        *bareResult       `json:"bare,omitempty"`
 	Operator    *opResult         `json:"operator,omitempty"`
 	Baseline    *opResult         `json:"baseline,omitempty"`
+	Hostile     *hostileResult    `json:"hostile,omitempty"`
 	BaselineRev string            `json:"baselineRev,omitempty"`
 }
 
@@ -194,6 +199,12 @@ func measure(ctx context.Context, work, root, bin, baseRoot, baseBin string, o o
 	logf("== operator")
 	if res.Operator, err = runOperator(ctx, filepath.Join(work, "operator"), root, bin, "operator", o, !o.skipChannelMove, o.pprof); err != nil {
 		return fmt.Errorf("operator: %w", err)
+	}
+	if !o.skipHostile {
+		logf("== hostile neighbours")
+		if res.Hostile, err = runHostile(ctx, filepath.Join(work, "hostile"), root, bin, o); err != nil {
+			return fmt.Errorf("hostile neighbours: %w", err)
+		}
 	}
 	if o.baseline != "" {
 		logf("== baseline %s", res.BaselineRev)

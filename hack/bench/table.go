@@ -31,6 +31,9 @@ func table(r *result) string {
 	for _, f := range append(comparedFigures(r), operatorFigures(float64(r.N))...) {
 		writeFigure(&b, f, cols)
 	}
+	if r.Hostile != nil {
+		b.WriteString(hostileTable(r.Hostile))
+	}
 	for _, c := range cols {
 		if c.op != nil && c.op.HeapTop != "" {
 			fmt.Fprintf(&b, "\nheap of the %s after the restart (inuse_space):\n%s\n", c.name, c.op.HeapTop)
