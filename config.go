@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"example.com/simplewebapp-operator/controllers"
+	"example.com/simplewebapp-operator/internal/render"
 )
 
 // Config is the operator's configuration: its flags, and what validate
@@ -44,12 +45,16 @@ type Config struct {
 	WatchNamespaces string
 	RefusedPatches  string
 
+	AllowedImages      string
+	RequireImageDigest bool
+
 	ShowVersion bool
 	Zap         zap.Options
 
 	// Derived by validate.
 	shard      labels.Selector
 	namespaces []string
+	images     render.ImagePolicy
 }
 
 // parseFlags reads the flags into a Config. Imported packages (kdp's
@@ -82,6 +87,8 @@ func parseFlags(args []string, inCluster bool) (*Config, error) {
 	fs.StringVar(&c.Shard, "watch-label-selector", "", "Reconcile only the SimpleWebApps this label selector matches, e.g. sharding.simplewebapp.example.com/key=shard1 (one operator Deployment per shard) or 'sharding.simplewebapp.example.com/key notin (shard1,shard2)' for the rest.")
 	fs.StringVar(&c.WatchNamespaces, "watch-namespaces", "", "Comma-separated namespaces whose SimpleWebApps are reconciled (cache and watches only there), so the operator needs rights only there (Roles, see config/namespaced). Empty: every namespace.")
 	fs.StringVar(&c.RefusedPatches, "refused-patches", controllers.RefusedPatchesRemove, "What becomes of patches that the running objects carry but the rules refuse now (after an operator upgrade or a narrower patch policy): \"remove\" applies the render without them; \"report\" leaves the running objects as they are and only reports (Stalled, an event, simplewebapp_refused_patches_live), for a migration window.")
+	fs.StringVar(&c.AllowedImages, "allowed-images", "", "Comma-separated registry hosts (registry.example.com) and repository prefixes (docker.io/nginxinc/nginx-unprivileged) whose images SimpleWebApps may run, matched on whole path segments, Docker Hub short names expanded (nginx is docker.io/library/nginx); any other image is Stalled/ImageNotAllowed and nothing is applied. Empty or \"*\": any image.")
+	fs.BoolVar(&c.RequireImageDigest, "require-image-digest", false, "Require every image of a SimpleWebApp to be pinned by digest (name@sha256:...); others are Stalled/ImageNotAllowed.")
 	fs.StringVar(&c.PprofAddr, "pprof-bind-address", "", "Address of Go's /debug/pprof endpoints (heap profiles for the benchmark); empty disables them.")
 	fs.DurationVar(&c.StuckAfter, "stuck-reconcile-timeout", 5*time.Minute, "/healthz fails (and the liveness probe restarts the operator) while a reconcile has run for longer than this.")
 	fs.BoolVar(&c.ShowVersion, "version", false, "Print the version, source revision and Go version, and exit.")
@@ -104,6 +111,9 @@ func (c *Config) validate() error {
 	}
 	if c.RefusedPatches != controllers.RefusedPatchesRemove && c.RefusedPatches != controllers.RefusedPatchesReport {
 		return fmt.Errorf("--refused-patches: %q is neither %q nor %q", c.RefusedPatches, controllers.RefusedPatchesRemove, controllers.RefusedPatchesReport)
+	}
+	if c.images, err = render.ParseImagePolicy(c.AllowedImages, c.RequireImageDigest); err != nil {
+		return fmt.Errorf("--allowed-images: %w", err)
 	}
 	if c.ChannelsDir != "" {
 		if _, err := os.Stat(c.ChannelsDir); err != nil {

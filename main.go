@@ -46,6 +46,7 @@ func main() {
 	setupLog.Info("leader election", "enabled", cfg.LeaderElect, "inCluster", runningInCluster(),
 		"leaseDuration", cfg.LeaseDuration.String(), "renewDeadline", cfg.RenewDeadline.String(), "retryPeriod", cfg.RetryPeriod.String())
 	setupLog.Info("watching", "namespaces", cfg.namespaces, "clusterWide", len(cfg.namespaces) == 0)
+	setupLog.Info("images", "allowed", cfg.images.Allowed, "anyImage", cfg.images.AllowsAny(), "requireDigest", cfg.images.RequireDigest)
 	if err := run(ctrl.SetupSignalHandler(), cfg, setupLog); err != nil {
 		os.Exit(1) // run logged it
 	}

@@ -45,6 +45,9 @@ func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.Si
 	}
 	o.release = rel
 	rendered, err := r.Renders.Render(ctx, rel, swa)
+	if err == nil {
+		err = r.Images.Check(rendered)
+	}
 	if err != nil {
 		rendered, err = r.renderWithoutRefused(ctx, rel, swa, err, &o)
 	}
@@ -105,6 +108,9 @@ func (r *SimpleWebAppReconciler) gate(ctx context.Context, swa *webappv1.SimpleW
 		if err == nil {
 			o.release = back
 			rendered, err = r.Renders.Render(ctx, back, swa)
+		}
+		if err == nil {
+			err = r.Images.Check(rendered)
 		}
 		if err != nil {
 			o.fail(err, webappv1.ReasonVersionNotFound)

@@ -48,6 +48,9 @@ type SimpleWebAppReconciler struct {
 	Reach *guard.APIReach
 	// RefusedPatches: RefusedPatchesRemove (default) or RefusedPatchesReport.
 	RefusedPatches string
+	// Images are the container images a render may hold; checked after
+	// every render, before anything is applied.
+	Images render.ImagePolicy
 
 	inflight sync.Map // reconcile.Request → start time (stuck reconciles fail liveness)
 }

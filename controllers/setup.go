@@ -47,11 +47,17 @@ type Options struct {
 	// Reach is told about the manager client's requests (its Observe wraps
 	// the rest.Config); nil: a new one that sees none (reconciles never wait).
 	Reach *guard.APIReach
+	// Images are the container images SimpleWebApps may run (the zero value:
+	// any).
+	Images render.ImagePolicy
 }
 
 // Setup wires a SimpleWebAppReconciler into mgr, and a ChannelWatcher when
 // channels are also read from a directory.
 func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
+	if err := opts.Images.Validate(); err != nil {
+		return nil, err
+	}
 	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return nil, err
@@ -81,6 +87,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 		Upgrades:                &upgradeSlots{max: opts.MaxConcurrentUpgrades},
 		Reach:                   opts.Reach,
 		RefusedPatches:          opts.RefusedPatches,
+		Images:                  opts.Images,
 	}
 	if r.Reach == nil {
 		r.Reach = guard.NewAPIReach()

@@ -33,8 +33,60 @@ type patchPolicy struct {
 	// dot-separated from the object's root, "[*]" for every element of a
 	// list, e.g. spec.template.spec.containers[*].resources. A path covers
 	// everything below it. Under a labels or annotations map a patch may
-	// only add keys the package does not set, outside the reserved prefixes.
+	// only add keys the package does not set, outside the reserved prefixes,
+	// that MetadataKeys allows.
 	Patchable map[string][]string `json:"patchable"`
+	// MetadataKeys are the label and annotation keys a patch may add. None
+	// when the package lists none: other objects select and act on labels
+	// and annotations, so a package names the keys that are its users'.
+	MetadataKeys metadataKeys `json:"metadataKeys"`
+	// TolerationKeys are the taint keys a patch may add tolerations of
+	// (where the tolerations are patchable). None when the package lists
+	// none. The security floor refuses some whatever this lists.
+	TolerationKeys []string `json:"tolerationKeys"`
+}
+
+// metadataKeys allows label and annotation keys by prefix (a domain and its
+// slash, e.g. "user.simplewebapp.example.com/") or whole. Whatever it
+// allows, the security floor refuses unprefixed keys and keys in
+// Kubernetes' and well-known controllers' domains.
+type metadataKeys struct {
+	Prefixes []string `json:"prefixes"`
+	Keys     []string `json:"keys"`
+}
+
+func (m metadataKeys) allows(key string) bool {
+	if slices.Contains(m.Keys, key) {
+		return true
+	}
+	for _, p := range m.Prefixes {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m metadataKeys) describe() string {
+	var parts []string
+	if len(m.Prefixes) > 0 {
+		parts = append(parts, "with the prefixes "+strings.Join(quoteAll(m.Prefixes), ", "))
+	}
+	if len(m.Keys) > 0 {
+		parts = append(parts, "the keys "+strings.Join(quoteAll(m.Keys), ", "))
+	}
+	if len(parts) == 0 {
+		return "none (patch-policy.yaml lists no metadataKeys)"
+	}
+	return strings.Join(parts, " and ")
+}
+
+func quoteAll(l []string) []string {
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i] = fmt.Sprintf("%q", s)
+	}
+	return out
 }
 
 func loadPatchPolicy(rel Release) (*patchPolicy, error) {
@@ -72,8 +124,40 @@ func (p *patchPolicy) check(base, patched []*unstructured.Unstructured) error {
 					o.GetKind(), o.GetName(), d.path(), why, p.describe(o.GetKind()))
 			}
 		}
+		if key, ok := p.addedToleration(b, o); !ok {
+			tolerable := "none (patch-policy.yaml lists no tolerationKeys)"
+			if len(p.TolerationKeys) > 0 {
+				tolerable = strings.Join(quoteAll(p.TolerationKeys), ", ")
+			}
+			return step.Stalled(webappv1.ReasonPatchNotAllowed, "spec.patches may not add a toleration of the taint key %q to %s %s; the package lets patches tolerate the taint keys: %s",
+				key, o.GetKind(), o.GetName(), tolerable)
+		}
 	}
 	return nil
+}
+
+// addedToleration finds a toleration in patched's pod template whose key
+// neither the package's own render (base) tolerates nor TolerationKeys
+// lists: its key and false, or "" and true.
+func (p *patchPolicy) addedToleration(base, patched *unstructured.Unstructured) (string, bool) {
+	path := []string{"spec", "template", "spec", "tolerations"}
+	keys := func(o *unstructured.Unstructured) []string {
+		l, _, _ := unstructured.NestedSlice(o.Object, path...)
+		var out []string
+		for _, t := range l {
+			m, _ := t.(map[string]any)
+			k, _ := m["key"].(string)
+			out = append(out, k)
+		}
+		return out
+	}
+	packages := keys(base)
+	for _, k := range keys(patched) {
+		if !slices.Contains(packages, k) && !slices.Contains(p.TolerationKeys, k) {
+			return k, false
+		}
+	}
+	return "", true
 }
 
 // allows says whether a difference is allowed, and if not, why.
@@ -90,6 +174,9 @@ func (p *patchPolicy) allows(kind string, d difference) (bool, string) {
 		}
 		if d.before != nil {
 			return false, "the package sets this key; patches may only add keys"
+		}
+		if !p.MetadataKeys.allows(key) {
+			return false, "the package lets patches add label and annotation keys " + p.MetadataKeys.describe()
 		}
 	} else if len(segs) > 0 && segs[0] == "metadata" {
 		// Finalizers, owner references, names, namespaces: reserved, whatever

@@ -13,7 +13,7 @@ import (
 func TestPatchPolicyAllows(t *testing.T) {
 	p := &patchPolicy{Patchable: map[string][]string{
 		"Deployment": {"spec.template.spec.containers[*].resources", "spec.template.spec.tolerations", "spec.template.metadata.labels"},
-	}}
+	}, MetadataKeys: metadataKeys{Prefixes: []string{"user.example.com/"}, Keys: []string{"team"}}}
 	d := func(before any, segs ...string) difference {
 		return difference{segments: segs, before: before, after: "x"}
 	}
@@ -30,7 +30,10 @@ func TestPatchPolicyAllows(t *testing.T) {
 		{"beside a listed path", "Deployment", d(nil, "spec", "template", "spec", "containers", "[name=web]", "image"), false, "not patchable"},
 		{"above a listed path", "Deployment", d(nil, "spec", "template", "spec"), false, "not patchable"},
 		{"another kind lists nothing", "Service", d(nil, "spec", "template", "spec", "tolerations"), false, "not patchable"},
-		{"a new pod label", "Deployment", d(nil, "spec", "template", "metadata", "labels", "team"), true, ""},
+		{"a new pod label the package allows by key", "Deployment", d(nil, "spec", "template", "metadata", "labels", "team"), true, ""},
+		{"a new pod label the package allows by prefix", "Deployment", d(nil, "spec", "template", "metadata", "labels", "user.example.com/x"), true, ""},
+		{"a new pod label the package does not allow", "Deployment", d(nil, "spec", "template", "metadata", "labels", "app"), false, "lets patches add label and annotation keys"},
+		{"a prefix is matched whole", "Deployment", d(nil, "spec", "template", "metadata", "labels", "user.example.com.evil/x"), false, "lets patches add label and annotation keys"},
 		{"a label the package sets", "Deployment", d("web", "spec", "template", "metadata", "labels", "app"), false, "patches may only add keys"},
 		{"a reserved label prefix", "Deployment", d(nil, "spec", "template", "metadata", "labels", "applyset.kubernetes.io/part-of"), false, "reserved prefix applyset.kubernetes.io/"},
 		{"a reserved annotation, unlisted or not", "Deployment", d(nil, "metadata", "annotations", "simplewebapp.example.com/include-when"), false, "reserved prefix simplewebapp.example.com/"},

@@ -55,6 +55,30 @@ var abusivePatches = []struct {
 	{"Service selector rewrite (6902)", svc("- op: replace\n  path: /spec/selector/app.kubernetes.io~1name\n  value: victim\n")},
 	{"JSON 6902 copy (CPU and memory bomb)", dep("- op: copy\n  from: /spec/template\n  path: /spec/template/metadata/annotations/a\n")},
 	{"JSON 6902 move", dep("- op: move\n  from: /spec/template/spec/containers/0/image\n  path: /metadata/annotations/x\n")},
+	// Labels that join other selectors, and keys other controllers act on.
+	{"label an admin's Service selects (SMP)", dep("spec:\n  template:\n    metadata:\n      labels:\n        app: payments\n")},
+	{"label a NetworkPolicy admits (6902)", dep("- op: add\n  path: /spec/template/metadata/labels/access\n  value: db\n")},
+	{"sidecar injection annotation (SMP)", dep("spec:\n  template:\n    metadata:\n      annotations:\n        sidecar.istio.io/inject: \"true\"\n")},
+	{"secret injection annotation (SMP)", dep("spec:\n  template:\n    metadata:\n      annotations:\n        vault.hashicorp.com/agent-inject: \"true\"\n")},
+	{"AppArmor annotation (SMP)", dep("spec:\n  template:\n    metadata:\n      annotations:\n        container.apparmor.security.beta.kubernetes.io/web: unconfined\n")},
+	{"kube-proxy selection label (SMP)", svc("metadata:\n  labels:\n    service.kubernetes.io/service-proxy-name: other\n")},
+	{"DNS publishing annotation (6902)", svc("- op: add\n  path: /metadata/annotations\n  value: {external-dns.alpha.kubernetes.io/hostname: www.example.com}\n")},
+	// Scheduling.
+	{"key-less toleration (SMP)", dep("spec:\n  template:\n    spec:\n      tolerations: [{operator: Exists}]\n")},
+	{"control-plane toleration (SMP)", dep("spec:\n  template:\n    spec:\n      tolerations: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]\n")},
+	{"control-plane nodeSelector (SMP)", dep("spec:\n  template:\n    spec:\n      nodeSelector: {node-role.kubernetes.io/control-plane: \"\"}\n")},
+	{"control-plane node affinity (SMP)", dep("spec:\n  template:\n    spec:\n      affinity:\n        nodeAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n            nodeSelectorTerms: [{matchExpressions: [{key: node-role.kubernetes.io/master, operator: Exists}]}]\n")},
+	{"anti-affinity over every namespace (SMP)", dep("spec:\n  template:\n    spec:\n      affinity:\n        podAntiAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n          - {topologyKey: kubernetes.io/hostname, namespaceSelector: {}, labelSelector: {matchLabels: {app: x}}}\n")},
+	{"affinity naming namespaces (SMP)", dep("spec:\n  template:\n    spec:\n      affinity:\n        podAffinity:\n          preferredDuringSchedulingIgnoredDuringExecution:\n          - weight: 1\n            podAffinityTerm: {topologyKey: kubernetes.io/hostname, namespaces: [kube-system], labelSelector: {matchLabels: {app: x}}}\n")},
+	{"nodeName (6902)", dep("- op: add\n  path: /spec/template/spec/nodeName\n  value: control-plane-0\n")},
+	{"priority class (SMP)", dep("spec:\n  template:\n    spec:\n      priorityClassName: system-cluster-critical\n")},
+	// Unbounded numbers.
+	{"a year's grace period (SMP)", dep("spec:\n  template:\n    spec:\n      terminationGracePeriodSeconds: 31536000\n")},
+	{"unbounded history (6902)", dep("- op: add\n  path: /spec/revisionHistoryLimit\n  value: 100000\n")},
+	{"a probe every day (SMP)", dep("spec:\n  template:\n    spec:\n      containers:\n      - name: web\n        readinessProbe:\n          periodSeconds: 86400\n")},
+	// What the API server would store and the operator's types drop.
+	{"a field the operator's types do not know (SMP)", dep("spec:\n  template:\n    spec:\n      containers:\n      - name: web\n        resources:\n          limits: {memory: 64Mi}\n          sneaky: {hostPath: /}\n")},
+	{"env from a node's field (SMP)", dep("spec:\n  template:\n    spec:\n      containers:\n      - name: web\n        env:\n        - name: P\n          valueFrom: {fieldRef: {fieldPath: spec.nodeSelector}}\n")},
 }
 
 func dep(patch string) webappv1.Patch {
@@ -102,7 +126,7 @@ func TestAbusivePatchesAreNotAllowed(t *testing.T) {
 			t.Log(err)
 		})
 	}
-	if len(abusivePatches) < 25 {
+	if len(abusivePatches) < 50 {
 		t.Fatalf("only %d payloads", len(abusivePatches))
 	}
 }
@@ -124,7 +148,8 @@ func permissive(t *testing.T) Release {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	m[patchPolicyFile] = &fstest.MapFile{Data: []byte("patchable:\n  Deployment: [spec, metadata]\n  Service: [spec, metadata]\n")}
+	m[patchPolicyFile] = &fstest.MapFile{Data: []byte("patchable:\n  Deployment: [spec, metadata]\n  Service: [spec, metadata]\n" +
+		"metadataKeys: {prefixes: [\"\"]}\ntolerationKeys: [\"\", node-role.kubernetes.io/control-plane, node-role.kubernetes.io/master]\n")}
 	rel.Files = m
 	return rel
 }
@@ -132,7 +157,9 @@ func permissive(t *testing.T) Release {
 // Whatever a package's policy allows, the floor holds: host namespaces,
 // privilege, capabilities, host paths, foreign volumes, secrets, service
 // accounts, token automount, extra containers' privileges and Service
-// exposure are refused as PolicyViolation; reserved metadata stays
+// exposure, label and annotation keys others act on, control-plane and
+// cross-namespace scheduling, unbounded numbers and fields the operator's
+// types do not know are refused as PolicyViolation; reserved metadata stays
 // PatchNotAllowed.
 func TestTheFloorHoldsUnderAPermissivePackage(t *testing.T) {
 	rel := permissive(t)
@@ -148,6 +175,16 @@ func TestTheFloorHoldsUnderAPermissivePackage(t *testing.T) {
 		"selector rewrite (6902)": "selector", "LoadBalancer (SMP)": "service exposure",
 		"externalIPs (6902)": "service exposure", "NodePort (SMP)": "service exposure",
 		"ExternalName (6902)": "service exposure", "Service selector rewrite (6902)": "selector",
+		"label an admin's Service selects (SMP)": "metadata keys", "label a NetworkPolicy admits (6902)": "metadata keys",
+		"sidecar injection annotation (SMP)": "metadata keys", "secret injection annotation (SMP)": "metadata keys",
+		"AppArmor annotation (SMP)": "metadata keys", "kube-proxy selection label (SMP)": "metadata keys",
+		"DNS publishing annotation (6902)": "metadata keys",
+		"key-less toleration (SMP)":        "tolerations", "control-plane toleration (SMP)": "tolerations",
+		"control-plane nodeSelector (SMP)": "node placement", "control-plane node affinity (SMP)": "node placement",
+		"anti-affinity over every namespace (SMP)": "pod affinity namespace", "affinity naming namespaces (SMP)": "pod affinity namespace",
+		"nodeName (6902)": "node placement", "priority class (SMP)": "priority",
+		"a year's grace period (SMP)": "bounds", "unbounded history (6902)": "bounds", "a probe every day (SMP)": "bounds",
+		"a field the operator's types do not know (SMP)": "known fields", "env from a node's field (SMP)": "environment",
 	}
 	reserved := []string{"finalizer (SMP)", "owner reference (6902)", "include-when directive (SMP)",
 		"handoff directive (6902)", "ApplySet label (SMP)", "package's label changed (SMP)",
@@ -187,13 +224,17 @@ func TestAllowedPatches(t *testing.T) {
 	}{
 		{"resources", dep("spec:\n  template:\n    spec:\n      containers:\n      - name: web\n        resources:\n          limits: {memory: 128Mi}\n"),
 			func(r *Rendered) bool { return strings.Contains(mustJSON(r), `"memory":"128Mi"`) }},
-		{"a pod label", dep("spec:\n  template:\n    metadata:\n      labels:\n        team: web\n"),
-			func(r *Rendered) bool { return strings.Contains(mustJSON(r), `"team":"web"`) }},
-		{"a Service annotation (6902)", svc("- op: add\n  path: /metadata/annotations\n  value: {example.com/team: web}\n"),
-			func(r *Rendered) bool { return strings.Contains(mustJSON(r), `"example.com/team":"web"`) }},
+		{"a pod label under the package's prefix", dep("spec:\n  template:\n    metadata:\n      labels:\n        user.simplewebapp.example.com/team: web\n"),
+			func(r *Rendered) bool {
+				return strings.Contains(mustJSON(r), `"user.simplewebapp.example.com/team":"web"`)
+			}},
+		{"a Service annotation (6902)", svc("- op: add\n  path: /metadata/annotations\n  value: {user.simplewebapp.example.com/team: web}\n"),
+			func(r *Rendered) bool {
+				return strings.Contains(mustJSON(r), `"user.simplewebapp.example.com/team":"web"`)
+			}},
 		{"plain env", dep("- op: add\n  path: /spec/template/spec/containers/0/env\n  value: [{name: MODE, value: fast}]\n"),
 			func(r *Rendered) bool { return strings.Contains(mustJSON(r), `"MODE"`) }},
-		{"tolerations and nodeSelector", dep("spec:\n  template:\n    spec:\n      nodeSelector: {disk: ssd}\n      tolerations: [{key: dedicated, operator: Exists}]\n"),
+		{"a nodeSelector", dep("spec:\n  template:\n    spec:\n      nodeSelector: {disk: ssd}\n"),
 			func(r *Rendered) bool { return strings.Contains(mustJSON(r), `"disk":"ssd"`) }},
 		{"a namespace change is undone by the overlay", dep("- op: replace\n  path: /metadata/namespace\n  value: kube-system\n"),
 			func(r *Rendered) bool { return !strings.Contains(mustJSON(r), "kube-system") }},

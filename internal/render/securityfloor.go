@@ -6,10 +6,8 @@ import (
 	"slices"
 	"strings"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	psapi "k8s.io/pod-security-admission/api"
 	psapolicy "k8s.io/pod-security-admission/policy"
 
@@ -36,16 +34,25 @@ type floorInput struct {
 	base map[string]*unstructured.Unstructured
 	// configMaps are the names of the ConfigMaps of this render.
 	configMaps []string
+	// decoded holds the typed Deployments read so far, by object.
+	decoded map[*unstructured.Unstructured]decodedDeployment
 }
 
 var floorRules = []floorRule{
 	kindIsManaged,
+	fieldsAreKnown,
+	metadataKeysAreSafe,
 	podSecurityRestricted,
 	serviceAccountIsThePackages,
 	volumesAreThePackages,
 	noSecretReferences,
 	serviceStaysInCluster,
 	selectorsKeepTheInstance,
+	tolerationsAreSafe,
+	nodePlacementIsSafe,
+	priorityIsThePackages,
+	podAffinityStaysInNamespace,
+	fieldsWithinBounds,
 }
 
 // checkFloor runs the rules over every object of r.
@@ -78,18 +85,6 @@ func kindIsManaged(o *unstructured.Unstructured, _ *floorInput) (string, string,
 	return "", "", false
 }
 
-// podTemplate returns the pod template of a workload, if o has one.
-func podTemplate(o *unstructured.Unstructured) (*corev1.PodTemplateSpec, error) {
-	if o.GroupVersionKind() != appsv1.SchemeGroupVersion.WithKind("Deployment") {
-		return nil, nil
-	}
-	d := &appsv1.Deployment{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, d); err != nil {
-		return nil, err
-	}
-	return &d.Spec.Template, nil
-}
-
 var podSecurity = func() psapolicy.Evaluator {
 	e, err := psapolicy.NewEvaluator(psapolicy.DefaultChecks(), nil)
 	if err != nil {
@@ -100,8 +95,8 @@ var podSecurity = func() psapolicy.Evaluator {
 
 // podSecurityRestricted evaluates pod templates with the API server's own
 // Pod Security checks at the restricted level, whatever the namespace says.
-func podSecurityRestricted(o *unstructured.Unstructured, _ *floorInput) (string, string, bool) {
-	t, err := podTemplate(o)
+func podSecurityRestricted(o *unstructured.Unstructured, in *floorInput) (string, string, bool) {
+	t, err := in.podTemplate(o)
 	if err != nil {
 		return "restricted Pod Security", err.Error(), true
 	}
@@ -119,7 +114,7 @@ func podSecurityRestricted(o *unstructured.Unstructured, _ *floorInput) (string,
 // serviceAccountIsThePackages: the pods run as the ServiceAccount the package
 // names, without its token.
 func serviceAccountIsThePackages(o *unstructured.Unstructured, in *floorInput) (string, string, bool) {
-	t, err := podTemplate(o)
+	t, err := in.podTemplate(o)
 	if err != nil || t == nil {
 		return "", "", false
 	}
@@ -128,10 +123,8 @@ func serviceAccountIsThePackages(o *unstructured.Unstructured, in *floorInput) (
 		return rule, "automountServiceAccountToken must be false", true
 	}
 	want := ""
-	if b := in.base[Identity(o)]; b != nil {
-		if bt, _ := podTemplate(b); bt != nil {
-			want = bt.Spec.ServiceAccountName
-		}
+	if bt := in.basePodTemplate(o); bt != nil {
+		want = bt.Spec.ServiceAccountName
 	}
 	if t.Spec.ServiceAccountName != want || t.Spec.DeprecatedServiceAccount != "" && t.Spec.DeprecatedServiceAccount != want {
 		return rule, fmt.Sprintf("serviceAccountName must be the package's (%q), not %q", want, t.Spec.ServiceAccountName), true
@@ -142,7 +135,7 @@ func serviceAccountIsThePackages(o *unstructured.Unstructured, in *floorInput) (
 // volumesAreThePackages: pods mount only ConfigMaps of this render and
 // emptyDirs: no Secrets, host paths, other ConfigMaps or projected tokens.
 func volumesAreThePackages(o *unstructured.Unstructured, in *floorInput) (string, string, bool) {
-	t, err := podTemplate(o)
+	t, err := in.podTemplate(o)
 	if err != nil || t == nil {
 		return "", "", false
 	}
@@ -157,31 +150,83 @@ func volumesAreThePackages(o *unstructured.Unstructured, in *floorInput) (string
 	return "", "", false
 }
 
-// noSecretReferences: containers read no Secret and no foreign ConfigMap
-// through their environment.
+// noSecretReferences: containers read no Secret, no file of a volume and
+// no foreign ConfigMap through their environment, and of the pod only what
+// the downward API tells about the pod itself.
 func noSecretReferences(o *unstructured.Unstructured, in *floorInput) (string, string, bool) {
-	t, err := podTemplate(o)
+	t, err := in.podTemplate(o)
 	if err != nil || t == nil {
 		return "", "", false
 	}
+	const rule = "environment"
 	for _, c := range slices.Concat(t.Spec.InitContainers, t.Spec.Containers) {
 		if len(c.EnvFrom) > 0 {
-			return "environment", fmt.Sprintf("container %q: envFrom is not allowed", c.Name), true
+			return rule, fmt.Sprintf("container %q: envFrom is not allowed", c.Name), true
 		}
 		for _, e := range c.Env {
-			vf := e.ValueFrom
-			switch {
-			case vf == nil, vf.FieldRef != nil, vf.ResourceFieldRef != nil:
-			case vf.ConfigMapKeyRef != nil && slices.Contains(in.configMaps, vf.ConfigMapKeyRef.Name):
-			default:
-				return "environment", fmt.Sprintf("container %q: env %q may only take a plain value, a field, a resource or a key of a ConfigMap this SimpleWebApp renders", c.Name, e.Name), true
+			if e.ValueFrom == nil {
+				continue
+			}
+			if why := envSourceNotAllowed(e.ValueFrom, in.configMaps); why != "" {
+				return rule, fmt.Sprintf("container %q: env %q: %s; an env may only take a plain value, a field of the pod (%s), a resource, or a key of a ConfigMap this SimpleWebApp renders",
+					c.Name, e.Name, why, strings.Join(downwardFieldPaths, ", ")), true
 			}
 		}
 	}
 	if len(t.Spec.EphemeralContainers) > 0 {
-		return "environment", "ephemeral containers are not allowed", true
+		return rule, "ephemeral containers are not allowed", true
 	}
 	return "", "", false
+}
+
+// downwardFieldPaths are the fieldRef paths an env may read: the pod's own
+// identity, its node's name and addresses (metadata.labels['k'] and
+// metadata.annotations['k'] are matched by form). Any other path, one a newer
+// API server might add included, is refused.
+var downwardFieldPaths = []string{
+	"metadata.name", "metadata.namespace", "metadata.uid", "metadata.labels['…']", "metadata.annotations['…']",
+	"spec.nodeName", "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs",
+}
+
+// envSourceNotAllowed says why an env's valueFrom is refused, or "".
+func envSourceNotAllowed(vf *corev1.EnvVarSource, configMaps []string) string {
+	n := 0
+	for _, set := range []bool{vf.FieldRef != nil, vf.ResourceFieldRef != nil, vf.ConfigMapKeyRef != nil, vf.SecretKeyRef != nil, vf.FileKeyRef != nil} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n != 1:
+		return fmt.Sprintf("valueFrom must have exactly one source, not %d", n)
+	case vf.FieldRef != nil:
+		if v := vf.FieldRef.APIVersion; v != "" && v != "v1" {
+			return fmt.Sprintf("fieldRef apiVersion %q is not v1", v)
+		}
+		if !isDownwardFieldPath(vf.FieldRef.FieldPath) {
+			return fmt.Sprintf("fieldRef %q is not allowed", vf.FieldRef.FieldPath)
+		}
+	case vf.ResourceFieldRef != nil:
+	case vf.ConfigMapKeyRef != nil:
+		if !slices.Contains(configMaps, vf.ConfigMapKeyRef.Name) {
+			return fmt.Sprintf("ConfigMap %q is not one this SimpleWebApp renders", vf.ConfigMapKeyRef.Name)
+		}
+	case vf.SecretKeyRef != nil:
+		return "secretKeyRef is not allowed"
+	default:
+		return "fileKeyRef is not allowed"
+	}
+	return ""
+}
+
+func isDownwardFieldPath(p string) bool {
+	for _, m := range []string{"metadata.labels", "metadata.annotations"} {
+		if key, ok := strings.CutPrefix(p, m+"['"); ok {
+			key, ok = strings.CutSuffix(key, "']")
+			return ok && key != "" && !strings.ContainsAny(key, "'[]")
+		}
+	}
+	return slices.Contains(downwardFieldPaths, p)
 }
 
 // serviceStaysInCluster: Services are ClusterIP with nothing that exposes
@@ -191,7 +236,7 @@ func serviceStaysInCluster(o *unstructured.Unstructured, _ *floorInput) (string,
 		return "", "", false
 	}
 	s := &corev1.Service{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, s); err != nil {
+	if err := decodeStrict(o, s); err != nil {
 		return "service exposure", err.Error(), true
 	}
 	const rule = "service exposure"

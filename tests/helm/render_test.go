@@ -96,6 +96,15 @@ func TestDefaults(t *testing.T) {
 	if len(c.VolumeMounts) > 0 {
 		t.Errorf("default volume mounts %+v", c.VolumeMounts)
 	}
+	// Only the package's image repository, as config/manager allows; an
+	// empty list allows any image, a digest can be required.
+	if !slices.Contains(c.Args, "--allowed-images=docker.io/nginxinc/nginx-unprivileged") || slices.Contains(c.Args, "--require-image-digest") {
+		t.Errorf("default args %q: want the package's image repository allowed, no digest required", c.Args)
+	}
+	wide := as[appsv1.Deployment](t, mustFind(t, template(t, "--set", "allowedImages=null,requireImageDigest=true"), "Deployment", "operators", "swa-controller-manager")).Spec.Template.Spec.Containers[0]
+	if !slices.Contains(wide.Args, "--require-image-digest") || slices.ContainsFunc(wide.Args, func(a string) bool { return strings.HasPrefix(a, "--allowed-images") }) {
+		t.Errorf("args %q with allowedImages=null, requireImageDigest=true", wide.Args)
+	}
 	// The Go runtime's settings are those of config/manager/manager.yaml.
 	var wantEnv []corev1.EnvVar
 	for _, doc := range strings.Split(string(readFile(t, "config/manager/manager.yaml")), "\n---") {

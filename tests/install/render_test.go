@@ -75,7 +75,7 @@ func TestKustomizeDefault(t *testing.T) {
 		t.Errorf("image %q, want %q", got, defaultImage(t))
 	}
 	if !reflect.DeepEqual(dep.Spec.Template.Spec.Containers[0].Args,
-		[]string{"--leader-elect", "--metrics-bind-address=:8443", "--health-probe-bind-address=:8081"}) {
+		[]string{"--leader-elect", "--metrics-bind-address=:8443", "--health-probe-bind-address=:8081", "--allowed-images=docker.io/nginxinc/nginx-unprivileged"}) {
 		t.Errorf("args %q", dep.Spec.Template.Spec.Containers[0].Args)
 	}
 }
@@ -352,7 +352,7 @@ func TestHelmValues(t *testing.T) {
 	if c.Image != "registry.example/team/simplewebapp-operator:v1.2.3" {
 		t.Errorf("image %q", c.Image)
 	}
-	if want := []string{"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=:8081", "--zap-log-level=debug"}; !slices.Equal(c.Args, want) {
+	if want := []string{"--leader-elect=false", "--metrics-bind-address=0", "--health-probe-bind-address=:8081", "--allowed-images=docker.io/nginxinc/nginx-unprivileged", "--zap-log-level=debug"}; !slices.Equal(c.Args, want) {
 		t.Errorf("args %q, want %q", c.Args, want)
 	}
 	if got := c.Resources.Limits.Memory().String(); got != "512Mi" {
