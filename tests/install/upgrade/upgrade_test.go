@@ -302,8 +302,8 @@ kind: SimpleWebApp
 metadata: {name: tuned}
 spec:
   replicas: 1
-  message: "a mirror image and a patch"
-  image: registry.example/mirror/nginx-unprivileged:1.27.4-alpine
+  message: "another tag of the image and a patch"
+  image: docker.io/nginxinc/nginx-unprivileged:1.27.5-alpine # the shipped --allowed-images lets only this repository through
   patches:
   - target: {kind: Deployment, name: web}
     patch: |
