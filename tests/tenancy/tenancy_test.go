@@ -145,8 +145,8 @@ patches:
   patch: '{"$patch": "delete", "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "simplewebapp-manager-rolebinding", "namespace": "default"}}'
 - target: {kind: Deployment, name: simplewebapp-controller-manager}
   patch: |
-    - {op: test, path: /spec/template/spec/containers/0/args/3, value: --watch-namespaces=default}
-    - {op: replace, path: /spec/template/spec/containers/0/args/3, value: --watch-namespaces=a}
+    - {op: test, path: /spec/template/spec/containers/0/args/4, value: --watch-namespaces=default}
+    - {op: replace, path: /spec/template/spec/containers/0/args/4, value: --watch-namespaces=a}
 `,
 		"watch-a/kustomization.yaml": `namespace: a
 namePrefix: simplewebapp-
