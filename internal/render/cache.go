@@ -7,11 +7,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/lru"
 
@@ -26,30 +31,40 @@ import (
 // the package's files, the SimpleWebApp's namespace, name and spec. Renders
 // are kept as deflated JSON in an LRU of bounded size.
 //
-// Render also runs under a deadline: a render that takes longer fails with
-// RenderFailed instead of holding a worker (the limits in render.go keep it
-// from getting that far).
+// Render also runs under a deadline. Kustomize cannot be stopped once it
+// runs, so a render past its deadline runs on in the background, holding its
+// slot, and the SimpleWebApp is Stalled with RenderTimeout: that render is
+// not started again for the same inputs (the status says so, which survives a
+// restart) until the spec or the package changes or a reconcile is requested.
+// The limits in render.go and patchbounds.go keep a render from getting
+// that far.
 //
 // Renders are CPU-bound: at most GOMAXPROCS run at once, however many
 // workers reconcile (more would only share the same cores and hold more
-// transient memory: a kustomize run allocates megabytes).
+// transient memory: a kustomize run allocates megabytes), one namespace holds
+// at most all but one of them, and waiting for one is bounded by the same
+// deadline (slots.go).
 //
 // A render the cache does not hold comes from a template (templates)
 // when another SimpleWebApp of the same package and spec shape was rendered.
 type Cache struct {
 	cache     *lru.Cache
 	templates *templates
-	slots     chan struct{}
+	slots     *slots
 	Timeout   time.Duration
+	// build renders; templates unless a test replaces it.
+	build builder
 }
 
 // NewCache returns a cache of at most size renders.
 func NewCache(size int, timeout time.Duration) *Cache {
+	t := newTemplates(renderTemplates)
 	return &Cache{
 		cache:     lru.New(size),
-		templates: newTemplates(renderTemplates),
-		slots:     make(chan struct{}, runtime.GOMAXPROCS(0)),
+		templates: t,
+		slots:     newSlots(runtime.GOMAXPROCS(0)),
 		Timeout:   timeout,
+		build:     t,
 	}
 }
 
@@ -73,28 +88,34 @@ func (c *Cache) Render(ctx context.Context, rel Release, swa *webappv1.SimpleWeb
 		metrics.RenderCacheHits.Inc()
 		return decodeRendered(v.([]byte))
 	}
-	select {
-	case c.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := timedOutBefore(swa, key); err != nil {
+		return nil, err
+	}
+	timeout := c.timeout()
+	if err := c.slots.acquire(ctx, swa.Namespace, timeout); err != nil {
+		if errors.Is(err, errNoSlot) {
+			return nil, &step.Error{Reason: webappv1.ReasonRenderTimeout, RetryAfter: timeout,
+				Message: fmt.Sprintf("no render slot came free within %s: other renders in this namespace or the operator hold them", timeout)}
+		}
+		return nil, err
 	}
 	start := time.Now()
-	r, err := c.renderWithDeadline(ctx, rel, swa)
+	r, err := c.renderWithDeadline(ctx, rel, swa, key, timeout)
 	metrics.RenderDuration.Observe(time.Since(start).Seconds())
-	if err != nil {
-		return nil, err
-	}
-	b, err := encodeRendered(r)
-	if err != nil {
-		return nil, err
-	}
-	c.cache.Add(key, b)
-	return r, nil
+	return r, err
 }
 
-// renderWithDeadline renders in a goroutine that holds a slot (taken by the
-// caller) until it ends, also when the caller gave up waiting for it.
-func (c *Cache) renderWithDeadline(ctx context.Context, rel Release, swa *webappv1.SimpleWebApp) (*Rendered, error) {
+func (c *Cache) timeout() time.Duration {
+	if c.Timeout <= 0 {
+		return 10 * time.Second
+	}
+	return c.Timeout
+}
+
+// renderWithDeadline renders in a goroutine that holds the slot (taken by
+// the caller) until it ends, also when the caller gave up waiting for it; a
+// render that ends late is still kept in the cache.
+func (c *Cache) renderWithDeadline(ctx context.Context, rel Release, swa *webappv1.SimpleWebApp, key string, timeout time.Duration) (*Rendered, error) {
 	type result struct {
 		r   *Rendered
 		err error
@@ -102,22 +123,44 @@ func (c *Cache) renderWithDeadline(ctx context.Context, rel Release, swa *webapp
 	done := make(chan result, 1)
 	swa = swa.DeepCopy()
 	go func() {
-		r, err := render(rel, swa, c.templates)
-		<-c.slots
+		defer c.slots.release(swa.Namespace)
+		r, err := render(rel, swa, c.build)
+		if err == nil {
+			var b []byte
+			if b, err = encodeRendered(r); err == nil {
+				c.cache.Add(key, b)
+			}
+		}
 		done <- result{r, err}
 	}()
-	timeout := c.Timeout
-	if timeout <= 0 {
-		timeout = 10 * time.Second
-	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	select {
 	case res := <-done:
 		return res.r, res.err
-	case <-time.After(timeout):
-		return nil, step.Stalled(webappv1.ReasonRenderFailed, "rendering package %s took longer than %s", rel.Version, timeout)
+	case <-timer.C:
+		return nil, step.Stalled(webappv1.ReasonRenderTimeout, "rendering package %s took longer than %s; not tried again until the spec or the package changes or a reconcile is requested (inputs %s)", rel.Version, timeout, inputsID(key))
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// inputsID names a render's inputs in a RenderTimeout message.
+func inputsID(key string) string { return key[:16] }
+
+// timedOutBefore returns the RenderTimeout the SimpleWebApp's status reports
+// for these inputs and this generation, unless a reconcile was requested
+// since: a render that ran past its deadline once would again.
+func timedOutBefore(swa *webappv1.SimpleWebApp, key string) error {
+	if at := swa.Annotations[webappv1.AnnotationReconcileRequestedAt]; at != "" && at != swa.Status.LastHandledReconcileAt {
+		return nil
+	}
+	c := meta.FindStatusCondition(swa.Status.Conditions, webappv1.ConditionStalled)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != webappv1.ReasonRenderTimeout ||
+		c.ObservedGeneration != swa.Generation || !strings.Contains(c.Message, "(inputs "+inputsID(key)+")") {
+		return nil
+	}
+	return step.Stalled(webappv1.ReasonRenderTimeout, "%s", c.Message)
 }
 
 // renderKey hashes the package's files and the SimpleWebApp's identity and

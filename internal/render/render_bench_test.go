@@ -50,3 +50,30 @@ func BenchmarkRenderFromTemplate(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkRenderLargestAllowedPatches is one render with spec.patches at the
+// limits of patchbounds.go, in the shapes that cost kustomize's merge most:
+// the CPU one SimpleWebApp can make the operator spend per spec change.
+func BenchmarkRenderLargestAllowedPatches(b *testing.B) {
+	rel, err := Channels{FS: channels.FS}.Resolve(context.Background(), webappv1.SimpleWebAppSpec{Channel: "stable"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, shape := range []struct{ patches, entries int }{{16, 15}, {2, 127}} {
+		b.Run(fmt.Sprintf("%dx%d", shape.patches, shape.entries), func(b *testing.B) {
+			var patches []webappv1.Patch
+			for p := range shape.patches {
+				patches = append(patches, envPatch(p*shape.entries, shape.entries))
+			}
+			for i := 0; b.Loop(); i++ {
+				swa := &webappv1.SimpleWebApp{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("app-%d", i), Namespace: "bench"},
+					Spec:       webappv1.SimpleWebAppSpec{Patches: patches},
+				}
+				if _, err := Render(rel, swa); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -32,13 +32,14 @@ const (
 // preparePatches parses each of spec.patches once, bounded, and returns them
 // as what kustomize reads: JSON, strategic merge patches with the object
 // header kustomize needs. Anchors and aliases are refused (PatchNotAllowed),
-// as are JSON 6902 operations that can make a small patch expensive; text
+// as are JSON 6902 operations that can make a small patch expensive and
+// patches whose shape makes the merge expensive (patchbounds.go); text
 // that is not YAML is a RenderFailed naming the patch.
 func preparePatches(patches []webappv1.Patch) ([]webappv1.Patch, error) {
 	if len(patches) == 0 {
 		return nil, nil
 	}
-	out := make([]webappv1.Patch, len(patches))
+	decoded := make([]any, len(patches))
 	for i, p := range patches {
 		v, err := decodePatch(p.Patch)
 		if err != nil {
@@ -49,11 +50,21 @@ func preparePatches(patches []webappv1.Patch) ([]webappv1.Patch, error) {
 			}
 			return nil, step.Stalled(webappv1.ReasonRenderFailed, "spec.patches[%d]: %v", i, err)
 		}
-		switch v := v.(type) {
-		case []any:
-			if err := checkOperations(i, v); err != nil {
+		if ops, ok := v.([]any); ok {
+			if err := checkOperations(i, ops); err != nil {
 				return nil, err
 			}
+		}
+		decoded[i] = v
+	}
+	if err := checkPatchShapes(decoded); err != nil {
+		return nil, err
+	}
+	out := make([]webappv1.Patch, len(patches))
+	for i, p := range patches {
+		v := decoded[i]
+		switch v := v.(type) {
+		case []any:
 		case map[string]any:
 			addObjectHeader(v, p.Target.Kind)
 		default:
