@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/lru"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/internal/metrics"
@@ -24,7 +23,7 @@ import (
 // (a child's status moved, a resync, a restart's first pass is the only
 // exception) costs no kustomize run. The key is everything Render reads:
 // the package's files, the SimpleWebApp's namespace, name and spec. Renders
-// are kept as deflated JSON in an LRU of bounded size.
+// are kept as deflated JSON in an LRU bounded by their bytes.
 //
 // Render also runs under a deadline: a render that takes longer fails with
 // RenderFailed instead of holding a worker (the limits in render.go keep it
@@ -37,25 +36,25 @@ import (
 // A render the cache does not hold comes from a template (templates)
 // when another SimpleWebApp of the same package and spec shape was rendered.
 type Cache struct {
-	cache     *lru.Cache
+	cache     *byteLRU[[]byte]
 	templates *templates
 	slots     chan struct{}
 	Timeout   time.Duration
 }
 
-// NewCache returns a cache of at most size renders.
-func NewCache(size int, timeout time.Duration) *Cache {
+// NewCache returns a cache that keeps at most cacheBytes of renders and a
+// quarter of that of templates.
+func NewCache(cacheBytes int64, timeout time.Duration) *Cache {
 	return &Cache{
-		cache:     lru.New(size),
-		templates: newTemplates(renderTemplates),
+		cache: newByteLRU[[]byte](cacheBytes, metrics.RenderCacheBytes.WithLabelValues("renders")),
+		// A quarter: templates are plain JSON and one serves every
+		// SimpleWebApp of its package version and spec shape, so they need
+		// fewer bytes than renders, and one flag bounds both caches.
+		templates: newTemplates(cacheBytes/4, metrics.RenderCacheBytes.WithLabelValues("templates")),
 		slots:     make(chan struct{}, runtime.GOMAXPROCS(0)),
 		Timeout:   timeout,
 	}
 }
-
-// renderTemplates is how many templates are kept: one per package version
-// and spec shape in use (a few KiB each).
-const renderTemplates = 256
 
 type renderedJSON struct {
 	Objects       []json.RawMessage   `json:"objects"`
@@ -71,7 +70,7 @@ func (c *Cache) Render(ctx context.Context, rel Release, swa *webappv1.SimpleWeb
 	}
 	if v, ok := c.cache.Get(key); ok {
 		metrics.RenderCacheHits.Inc()
-		return decodeRendered(v.([]byte))
+		return decodeRendered(v)
 	}
 	select {
 	case c.slots <- struct{}{}:
@@ -88,7 +87,7 @@ func (c *Cache) Render(ctx context.Context, rel Release, swa *webappv1.SimpleWeb
 	if err != nil {
 		return nil, err
 	}
-	c.cache.Add(key, b)
+	c.cache.Add(key, b, int64(len(key)+len(b)))
 	return r, nil
 }
 
