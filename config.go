@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
@@ -35,15 +36,16 @@ type Config struct {
 	RenewDeadline time.Duration
 	RetryPeriod   time.Duration
 
-	ChannelsDir     string
-	ChannelsPoll    time.Duration
-	Workers         int
-	StatusDelay     time.Duration
-	StuckAfter      time.Duration
-	Upgrades        int
-	Shard           string
-	WatchNamespaces string
-	RefusedPatches  string
+	ChannelsDir      string
+	ChannelsPoll     time.Duration
+	Workers          int
+	StatusDelay      time.Duration
+	StuckAfter       time.Duration
+	Upgrades         int
+	Shard            string
+	WatchNamespaces  string
+	RefusedPatches   string
+	RenderCacheBytes string
 
 	AllowedImages      string
 	RequireImageDigest bool
@@ -52,9 +54,10 @@ type Config struct {
 	Zap         zap.Options
 
 	// Derived by validate.
-	shard      labels.Selector
-	namespaces []string
-	images     render.ImagePolicy
+	shard            labels.Selector
+	namespaces       []string
+	images           render.ImagePolicy
+	renderCacheBytes int64
 }
 
 // parseFlags reads the flags into a Config. Imported packages (kdp's
@@ -87,6 +90,7 @@ func parseFlags(args []string, inCluster bool) (*Config, error) {
 	fs.StringVar(&c.Shard, "watch-label-selector", "", "Reconcile only the SimpleWebApps this label selector matches, e.g. sharding.simplewebapp.example.com/key=shard1 (one operator Deployment per shard) or 'sharding.simplewebapp.example.com/key notin (shard1,shard2)' for the rest.")
 	fs.StringVar(&c.WatchNamespaces, "watch-namespaces", "", "Comma-separated namespaces whose SimpleWebApps are reconciled (cache and watches only there), so the operator needs rights only there (Roles, see config/namespaced). Empty: every namespace.")
 	fs.StringVar(&c.RefusedPatches, "refused-patches", controllers.RefusedPatchesRemove, "What becomes of patches that the running objects carry but the rules refuse now (after an operator upgrade or a narrower patch policy): \"remove\" applies the render without them; \"report\" leaves the running objects as they are and only reports (Stalled, an event, simplewebapp_refused_patches_live), for a migration window.")
+	fs.StringVar(&c.RenderCacheBytes, "render-cache-bytes", "32Mi", "Bytes of renders kept for reconciles whose inputs did not change, as a quantity (33554432, 32Mi); templates get a quarter of it on top. A render that does not fit is rendered again when needed.")
 	fs.StringVar(&c.AllowedImages, "allowed-images", "", "Comma-separated registry hosts (registry.example.com) and repository prefixes (docker.io/nginxinc/nginx-unprivileged) whose images SimpleWebApps may run, matched on whole path segments, Docker Hub short names expanded (nginx is docker.io/library/nginx); any other image is Stalled/ImageNotAllowed and nothing is applied. Empty or \"*\": any image.")
 	fs.BoolVar(&c.RequireImageDigest, "require-image-digest", false, "Require every image of a SimpleWebApp to be pinned by digest (name@sha256:...); others are Stalled/ImageNotAllowed.")
 	fs.StringVar(&c.PprofAddr, "pprof-bind-address", "", "Address of Go's /debug/pprof endpoints (heap profiles for the benchmark); empty disables them.")
@@ -111,6 +115,9 @@ func (c *Config) validate() error {
 	}
 	if c.RefusedPatches != controllers.RefusedPatchesRemove && c.RefusedPatches != controllers.RefusedPatchesReport {
 		return fmt.Errorf("--refused-patches: %q is neither %q nor %q", c.RefusedPatches, controllers.RefusedPatchesRemove, controllers.RefusedPatchesReport)
+	}
+	if c.renderCacheBytes, err = parseBytes(c.RenderCacheBytes); err != nil {
+		return fmt.Errorf("--render-cache-bytes: %w", err)
 	}
 	if c.images, err = render.ParseImagePolicy(c.AllowedImages, c.RequireImageDigest); err != nil {
 		return fmt.Errorf("--allowed-images: %w", err)
@@ -156,6 +163,19 @@ func parseNamespaces(list string) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// parseBytes reads a positive number of bytes written as a Kubernetes
+// quantity: a plain integer, or with a suffix such as Mi or M.
+func parseBytes(s string) (int64, error) {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return 0, err
+	}
+	if q.Sign() <= 0 {
+		return 0, fmt.Errorf("%q is not a positive number of bytes", s)
+	}
+	return q.Value(), nil
 }
 
 // runningInCluster reports whether the operator runs in a pod: the in-cluster

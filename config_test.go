@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"example.com/simplewebapp-operator/controllers"
 )
 
 func TestParseNamespaces(t *testing.T) {
@@ -45,8 +47,14 @@ func TestConfig(t *testing.T) {
 	}{
 		{"defaults", nil, "", func(c *Config) bool {
 			return c.MetricsAddr == ":8443" && c.MetricsSecure && c.Workers == 16 && c.Upgrades == 20 &&
-				c.StatusDelay == 500*time.Millisecond && !c.LeaderElect && c.shard.Empty() && c.namespaces == nil
+				c.StatusDelay == 500*time.Millisecond && !c.LeaderElect && c.shard.Empty() && c.namespaces == nil &&
+				c.renderCacheBytes == controllers.DefaultRenderCacheBytes
 		}},
+		{"a render cache as a quantity", []string{"--render-cache-bytes=64Mi"}, "", func(c *Config) bool { return c.renderCacheBytes == 64<<20 }},
+		{"a render cache in bytes", []string{"--render-cache-bytes=1000000"}, "", func(c *Config) bool { return c.renderCacheBytes == 1000000 }},
+		{"a render cache that is no quantity", []string{"--render-cache-bytes=lots"}, "--render-cache-bytes", nil},
+		{"an empty render cache", []string{"--render-cache-bytes=0"}, "--render-cache-bytes: \"0\" is not a positive number of bytes", nil},
+		{"a negative render cache", []string{"--render-cache-bytes=-1Mi"}, "--render-cache-bytes", nil},
 		{"shard and namespaces derived", []string{"--watch-label-selector=shard=a", "--watch-namespaces=b,a"}, "", func(c *Config) bool {
 			return c.shard.String() == "shard=a" && slices.Equal(c.namespaces, []string{"a", "b"})
 		}},

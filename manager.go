@@ -53,7 +53,7 @@ func run(ctx context.Context, cfg *Config, log logr.Logger) error {
 	reconciler, err := controllers.Setup(mgr, controllers.Options{
 		Channels: source, ChannelsPollInterval: cfg.ChannelsPoll, MaxConcurrentReconciles: cfg.Workers,
 		StatusDelay: cfg.StatusDelay, MaxConcurrentUpgrades: cfg.Upgrades, Reach: reach,
-		RefusedPatches: cfg.RefusedPatches, Images: cfg.images,
+		RefusedPatches: cfg.RefusedPatches, Images: cfg.images, RenderCacheBytes: cfg.renderCacheBytes,
 	})
 	if err != nil {
 		log.Error(err, "unable to set up controller")

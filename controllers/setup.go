@@ -21,6 +21,9 @@ import (
 // cores busy is measured in docs/benchmarks.md.
 const DefaultMaxConcurrentReconciles = 16
 
+// DefaultRenderCacheBytes is the default byte budget of the render cache.
+const DefaultRenderCacheBytes = 32 << 20
+
 // Options configure Setup.
 type Options struct {
 	// Channels are where versions come from (embedded, and a directory if set).
@@ -33,8 +36,9 @@ type Options struct {
 	// StatusDelay batches a Deployment's status changes into one status
 	// write (default 500ms).
 	StatusDelay time.Duration
-	// RenderCacheSize is how many renders are remembered (default 4096).
-	RenderCacheSize int
+	// RenderCacheBytes bounds the bytes of renders remembered, and a quarter
+	// of it those of templates (default DefaultRenderCacheBytes).
+	RenderCacheBytes int64
 	// RenderTimeout bounds one render (default 10s).
 	RenderTimeout time.Duration
 	// MaxConcurrentUpgrades bounds the SimpleWebApps rolling out a new
@@ -65,8 +69,8 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 	if opts.StatusDelay <= 0 {
 		opts.StatusDelay = 500 * time.Millisecond
 	}
-	if opts.RenderCacheSize <= 0 {
-		opts.RenderCacheSize = 4096
+	if opts.RenderCacheBytes <= 0 {
+		opts.RenderCacheBytes = DefaultRenderCacheBytes
 	}
 	events, err := guard.NewEventWriter(mgr.GetConfig(), mgr.GetHTTPClient(), mgr.GetScheme(), render.ManagerName)
 	if err != nil {
@@ -80,7 +84,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 		Client:                  mgr.GetClient(),
 		Recorder:                events,
 		Channels:                opts.Channels,
-		Renders:                 render.NewCache(opts.RenderCacheSize, opts.RenderTimeout),
+		Renders:                 render.NewCache(opts.RenderCacheBytes, opts.RenderTimeout),
 		Applier:                 applier,
 		Status:                  &statusWriter{client: mgr.GetClient(), writes: applier.Writes, batch: opts.StatusDelay},
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,

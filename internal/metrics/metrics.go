@@ -20,6 +20,10 @@ var (
 		Name: "simplewebapp_render_cache_hits_total",
 		Help: "Reconciles that reused a render because its inputs (package files, spec) did not change.",
 	})
+	RenderCacheBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "simplewebapp_render_cache_bytes",
+		Help: "Bytes held by the render caches, by cache: renders (deflated JSON, at most --render-cache-bytes) and templates (JSON, at most a quarter of it).",
+	}, []string{"cache"})
 	Applies = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "simplewebapp_applies_total",
 		Help: "Passes over a SimpleWebApp's objects, by result: success (something was written), unchanged (nothing needed a write), error, conflict (a stale read, retried).",
@@ -59,7 +63,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(RenderDuration, RenderCacheHits, Applies, Writes, ObjectsApplied, Upgrades, Rollbacks, Ready, Stalled,
+	metrics.Registry.MustRegister(RenderDuration, RenderCacheHits, RenderCacheBytes, Applies, Writes, ObjectsApplied, Upgrades, Rollbacks, Ready, Stalled,
 		VersionWithdrawn, RefusedLive)
 }
 

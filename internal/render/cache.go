@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/lru"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/internal/metrics"
@@ -29,7 +28,7 @@ import (
 // (a child's status moved, a resync, a restart's first pass is the only
 // exception) costs no kustomize run. The key is everything Render reads:
 // the package's files, the SimpleWebApp's namespace, name and spec. Renders
-// are kept as deflated JSON in an LRU of bounded size.
+// are kept as deflated JSON in an LRU bounded by their bytes.
 //
 // Render also runs under a deadline. Kustomize cannot be stopped once it
 // runs, so a render past its deadline runs on in the background, holding its
@@ -48,7 +47,7 @@ import (
 // A render the cache does not hold comes from a template (templates)
 // when another SimpleWebApp of the same package and spec shape was rendered.
 type Cache struct {
-	cache     *lru.Cache
+	cache     *byteLRU[[]byte]
 	templates *templates
 	slots     *slots
 	Timeout   time.Duration
@@ -56,21 +55,21 @@ type Cache struct {
 	build builder
 }
 
-// NewCache returns a cache of at most size renders.
-func NewCache(size int, timeout time.Duration) *Cache {
-	t := newTemplates(renderTemplates)
+// NewCache returns a cache that keeps at most cacheBytes of renders and a
+// quarter of that of templates.
+func NewCache(cacheBytes int64, timeout time.Duration) *Cache {
+	// A quarter: templates are plain JSON and one serves every
+	// SimpleWebApp of its package version and spec shape, so they need
+	// fewer bytes than renders, and one flag bounds both caches.
+	t := newTemplates(cacheBytes/4, metrics.RenderCacheBytes.WithLabelValues("templates"))
 	return &Cache{
-		cache:     lru.New(size),
+		cache:     newByteLRU[[]byte](cacheBytes, metrics.RenderCacheBytes.WithLabelValues("renders")),
 		templates: t,
 		slots:     newSlots(runtime.GOMAXPROCS(0)),
 		Timeout:   timeout,
 		build:     t,
 	}
 }
-
-// renderTemplates is how many templates are kept: one per package version
-// and spec shape in use (a few KiB each).
-const renderTemplates = 256
 
 type renderedJSON struct {
 	Objects       []json.RawMessage   `json:"objects"`
@@ -86,7 +85,7 @@ func (c *Cache) Render(ctx context.Context, rel Release, swa *webappv1.SimpleWeb
 	}
 	if v, ok := c.cache.Get(key); ok {
 		metrics.RenderCacheHits.Inc()
-		return decodeRendered(v.([]byte))
+		return decodeRendered(v)
 	}
 	if err := timedOutBefore(swa, key); err != nil {
 		return nil, err
@@ -128,7 +127,7 @@ func (c *Cache) renderWithDeadline(ctx context.Context, rel Release, swa *webapp
 		if err == nil {
 			var b []byte
 			if b, err = encodeRendered(r); err == nil {
-				c.cache.Add(key, b)
+				c.cache.Add(key, b, int64(len(key)+len(b)))
 			}
 		}
 		done <- result{r, err}

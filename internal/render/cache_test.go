@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/internal/metrics"
 	"example.com/simplewebapp-operator/internal/step"
 )
 
@@ -27,7 +29,7 @@ func TestRenderWaitsForASlot(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "slots", Namespace: "default"},
 		Spec:       webappv1.SimpleWebAppSpec{Replicas: new(int32(1))},
 	}
-	c := NewCache(8, 200*time.Millisecond)
+	c := NewCache(1<<20, 200*time.Millisecond)
 	if c.slots.free != runtime.GOMAXPROCS(0) {
 		t.Fatalf("%d render slots, want GOMAXPROCS = %d", c.slots.free, runtime.GOMAXPROCS(0))
 	}
@@ -102,10 +104,9 @@ func TestOneNamespaceLeavesASlot(t *testing.T) {
 	}
 }
 
-// blockingBuilder renders like templates, except for namespace "slow",
-// whose renders block until release is closed.
+// blockingBuilder renders with kustomize, except that renders in namespace
+// "slow" block until release is closed.
 type blockingBuilder struct {
-	*templates
 	release chan struct{}
 	builds  atomic.Int64
 }
@@ -115,7 +116,7 @@ func (b *blockingBuilder) build(rel Release, swa *webappv1.SimpleWebApp, patches
 	if swa.Namespace == "slow" {
 		<-b.release
 	}
-	return b.templates.build(rel, swa, patches)
+	return kustomizer{}.build(rel, swa, patches)
 }
 
 // A render past its deadline: Stalled/RenderTimeout at once, its slot held
@@ -123,8 +124,8 @@ func (b *blockingBuilder) build(rel Release, swa *webappv1.SimpleWebApp, patches
 // reports the timeout, started again when a reconcile is requested.
 func TestRenderTimeout(t *testing.T) {
 	rel := stableRelease(t)
-	c := NewCache(8, 50*time.Millisecond)
-	b := &blockingBuilder{templates: c.templates, release: make(chan struct{})}
+	c := NewCache(1<<20, 50*time.Millisecond)
+	b := &blockingBuilder{release: make(chan struct{})}
 	c.build = b
 	c.slots = newSlots(2) // one for the late render, one for everyone else
 	slow := &webappv1.SimpleWebApp{
@@ -216,4 +217,47 @@ func TestRenderCacheRoundTrip(t *testing.T) {
 		t.Errorf("decoded render differs from the render")
 	}
 	t.Logf("%d objects: %d bytes of JSON, %d cached", len(r.Objects), plain, len(b))
+}
+
+// Renders are kept by their bytes: a cache whose budget holds one render
+// keeps the most recent, and simplewebapp_render_cache_bytes says how many
+// bytes it holds.
+func TestRenderCacheKeepsRendersByBytes(t *testing.T) {
+	rel := stableRelease(t)
+	swa := func(name string) *webappv1.SimpleWebApp {
+		return &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec: webappv1.SimpleWebAppSpec{Message: "hello"}}
+	}
+	// What one render costs: its key and its deflated JSON.
+	probe := NewCache(1<<20, 0)
+	if _, err := probe.Render(context.Background(), rel, swa("a")); err != nil {
+		t.Fatal(err)
+	}
+	one := probe.cache.Bytes()
+
+	c := NewCache(one*3/2, 0)
+	for _, name := range []string{"a", "b"} {
+		if _, err := c.Render(context.Background(), rel, swa(name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string]bool{"a": false, "b": true} {
+		key, err := renderKey(rel, swa(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := c.cache.Get(key); ok != want {
+			t.Errorf("render of %s kept: %v, want %v", name, ok, want)
+		}
+	}
+	if b := c.cache.Bytes(); b > one*3/2 {
+		t.Errorf("holds %d bytes, more than its budget of %d", b, one*3/2)
+	}
+	var m dto.Metric
+	if err := metrics.RenderCacheBytes.WithLabelValues("renders").Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if g := m.GetGauge().GetValue(); g != float64(c.cache.Bytes()) {
+		t.Errorf("simplewebapp_render_cache_bytes{cache=\"renders\"} = %v, want %d", g, c.cache.Bytes())
+	}
 }

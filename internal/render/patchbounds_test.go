@@ -61,7 +61,7 @@ func TestPatchShapeLimits(t *testing.T) {
 		{"the CPU bomb", testkit.CPUBomb(), "spec.patches[0]: list spec.template.spec.containers[].env has"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			templates := newTemplates(16)
+			templates := newTemplates(8<<20, nil)
 			swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "demo"},
 				Spec: webappv1.SimpleWebAppSpec{Patches: tc.patches}}
 			_, err := render(stableRelease(t), swa, templates)

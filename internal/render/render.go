@@ -63,7 +63,19 @@ type builder interface {
 	build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([]*unstructured.Unstructured, map[string]any, error)
 }
 
+// stager is a builder that keeps what it builds for later renders
+// (templates): stage returns the builder for one render and commit, which
+// keeps what that builder built. render commits only a render that passed the
+// patch policy and the security floor, so a refused one leaves nothing behind.
+type stager interface {
+	stage() (b builder, commit func())
+}
+
 func render(rel Release, swa *webappv1.SimpleWebApp, b builder) (*Rendered, error) {
+	commit := func() {}
+	if s, ok := b.(stager); ok {
+		b, commit = s.stage()
+	}
 	// The user's patch text is read here and nowhere else (userpatch.go).
 	patches, err := preparePatches(swa.Spec.Patches)
 	if err != nil {
@@ -93,6 +105,7 @@ func render(rel Release, swa *webappv1.SimpleWebApp, b builder) (*Rendered, erro
 	if err := checkFloor(swa, out, base); err != nil {
 		return nil, err
 	}
+	commit()
 	return out, nil
 }
 

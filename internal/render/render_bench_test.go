@@ -38,7 +38,7 @@ func BenchmarkRenderFromTemplate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	templates := newTemplates(16)
+	templates := newTemplates(8<<20, nil)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		swa := &webappv1.SimpleWebApp{

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/lru"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/kustomize/api/hasher"
 	kyaml "sigs.k8s.io/kustomize/kyaml/yaml"
@@ -44,9 +43,13 @@ import (
 // every SimpleWebApp of that version is rendered by kustomize as before.
 // Render itself (golden tests, `kubectl swa render`) never uses templates; a
 // test checks both give the same objects.
+//
+// A template is kept only once the render it served passed the patch policy
+// and the security floor (stage), so a tenant's refused patches cost the
+// cache nothing.
 type templates struct {
-	token     string
-	templates *lru.Cache // key → *renderTemplate
+	token string
+	kept  *byteLRU[*renderTemplate] // key → template
 
 	mu      sync.Mutex
 	checked map[string]bool // package hash → renders the same from templates
@@ -55,15 +58,16 @@ type templates struct {
 	kustomizeRuns atomic.Int64
 }
 
-// newTemplates keeps at most size templates.
-func newTemplates(size int) *templates {
+// newTemplates keeps at most budget bytes of templates (renderTemplate.size),
+// telling g how many bytes it holds (g may be nil).
+func newTemplates(budget int64, g gauge) *templates {
 	b := make([]byte, 12)
 	if _, err := rand.Read(b); err != nil {
 		panic(err) // crypto/rand does not fail on Linux
 	}
 	// Lowercase letters and digits, starting with a letter: a valid name,
 	// label value and namespace, and a plain YAML string.
-	return &templates{token: "t" + hex.EncodeToString(b), templates: lru.New(size), checked: map[string]bool{}}
+	return &templates{token: "t" + hex.EncodeToString(b), kept: newByteLRU[*renderTemplate](budget, g), checked: map[string]bool{}}
 }
 
 type renderTemplate struct {
@@ -72,10 +76,54 @@ type renderTemplate struct {
 	hashed []int
 }
 
+// size is what a template under key costs the cache: its objects' JSON and
+// the key, which holds the masked spec and the patches.
+func (tpl *renderTemplate) size(key string) int64 {
+	n := len(key)
+	for _, b := range tpl.objects {
+		n += len(b)
+	}
+	return int64(n)
+}
+
+// stage returns the builder for one render and commit, which keeps the
+// templates that builder rendered (render calls it once the render passed
+// its checks).
+func (t *templates) stage() (builder, func()) {
+	p := &templatePass{templates: t}
+	return p, p.commit
+}
+
+// build builds in a pass of its own, which keeps no template: render keeps
+// them through stage.
+func (t *templates) build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([]*unstructured.Unstructured, map[string]any, error) {
+	p, _ := t.stage()
+	return p.build(rel, swa, patches)
+}
+
+// templatePass is one render's use of templates: the templates it renders
+// wait in pending, where its later builds find them, until commit.
+type templatePass struct {
+	*templates
+	pending []pendingTemplate
+}
+
+type pendingTemplate struct {
+	key string
+	tpl *renderTemplate
+}
+
+func (t *templatePass) commit() {
+	for _, p := range t.pending {
+		t.kept.Add(p.key, p.tpl, p.tpl.size(p.key))
+	}
+	t.pending = nil
+}
+
 // build is kustomizer.build, from a template when the package allows.
 // Whatever goes wrong with a template, the plain build decides (and its
 // errors name the SimpleWebApp's own values, not sentinels).
-func (t *templates) build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([]*unstructured.Unstructured, map[string]any, error) {
+func (t *templatePass) build(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([]*unstructured.Unstructured, map[string]any, error) {
 	instance, err := instanceFor(rel.Files, swa)
 	if err != nil {
 		return kustomizer{}.build(rel, swa, patches)
@@ -94,7 +142,7 @@ func (t *templates) build(rel Release, swa *webappv1.SimpleWebApp, patches []web
 	return objs, instance, nil
 }
 
-func (t *templates) counted(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([]*unstructured.Unstructured, map[string]any, error) {
+func (t *templatePass) counted(rel Release, swa *webappv1.SimpleWebApp, patches []webappv1.Patch) ([]*unstructured.Unstructured, map[string]any, error) {
 	t.kustomizeRuns.Add(1)
 	return kustomizer{}.build(rel, swa, patches)
 }
@@ -135,7 +183,7 @@ func (t *templates) mask(instance map[string]any, namespace, name string) (maske
 	return m, nil
 }
 
-func (t *templates) instantiate(rel Release, pkg string, instance map[string]any, namespace, name string, patches []webappv1.Patch) ([]*unstructured.Unstructured, error) {
+func (t *templatePass) instantiate(rel Release, pkg string, instance map[string]any, namespace, name string, patches []webappv1.Patch) ([]*unstructured.Unstructured, error) {
 	m, err := t.mask(instance, namespace, name)
 	if err != nil {
 		return nil, err
@@ -189,8 +237,8 @@ func (t *templates) instantiate(rel Release, pkg string, instance map[string]any
 }
 
 // template returns the template for a masked instance, rendering it first if
-// needed.
-func (t *templates) template(rel Release, pkg string, m masked, patches []webappv1.Patch) (*renderTemplate, error) {
+// needed (kept once the pass commits).
+func (t *templatePass) template(rel Release, pkg string, m masked, patches []webappv1.Patch) (*renderTemplate, error) {
 	key, err := json.Marshal(struct {
 		Package  string
 		Instance map[string]any
@@ -199,8 +247,13 @@ func (t *templates) template(rel Release, pkg string, m masked, patches []webapp
 	if err != nil {
 		return nil, err
 	}
-	if v, ok := t.templates.Get(string(key)); ok {
-		return v.(*renderTemplate), nil
+	for _, p := range t.pending {
+		if p.key == string(key) {
+			return p.tpl, nil
+		}
+	}
+	if tpl, ok := t.kept.Get(string(key)); ok {
+		return tpl, nil
 	}
 	t.kustomizeRuns.Add(1)
 	meta := m.instance["metadata"].(map[string]any)
@@ -219,7 +272,7 @@ func (t *templates) template(rel Release, pkg string, m masked, patches []webapp
 			tpl.hashed = append(tpl.hashed, i)
 		}
 	}
-	t.templates.Add(string(key), tpl)
+	t.pending = append(t.pending, pendingTemplate{string(key), tpl})
 	return tpl, nil
 }
 
@@ -277,7 +330,7 @@ func mapStrings(v any, f func(string) string, keys bool) any {
 
 // sameAsKustomize checks once per package that templates render it as
 // kustomize does (see templates).
-func (t *templates) sameAsKustomize(rel Release, pkg string) bool {
+func (t *templatePass) sameAsKustomize(rel Release, pkg string) bool {
 	t.mu.Lock()
 	ok, done := t.checked[pkg]
 	t.mu.Unlock()
@@ -298,7 +351,7 @@ func (t *templates) sameAsKustomize(rel Release, pkg string) bool {
 // could split a value on.
 const tricky = "-a.b_c:d/e@f,g h+i=j~k"
 
-func (t *templates) check(rel Release, pkg string) error {
+func (t *templatePass) check(rel Release, pkg string) error {
 	for _, id := range []struct{ namespace, name string }{
 		{"a", "b"}, {"web", "web"}, {"ns-1.x", "my-app-2"},
 	} {

@@ -54,7 +54,7 @@ func TestTemplatesRenderAsKustomize(t *testing.T) {
 	}
 	ids := []struct{ namespace, name string }{{"demo", "a"}, {"demo", "web"}, {"ns-1", "a"}, {"ns-1", "a-web"}, {"default", "hello"}}
 	for _, rel := range packageVersions(t) {
-		templates := newTemplates(16)
+		templates := newTemplates(8<<20, nil)
 		for i, spec := range specs {
 			for _, id := range ids {
 				t.Run(fmt.Sprintf("%s/spec%d/%s/%s", rel.Version, i, id.namespace, id.name), func(t *testing.T) {
@@ -95,7 +95,7 @@ func mustPackageHash(t *testing.T, rel Release) string {
 // kustomize run; a new number in the spec is a new template.
 func TestTemplatesShareKustomizeRuns(t *testing.T) {
 	rel := stableRelease(t)
-	templates := newTemplates(16)
+	templates := newTemplates(8<<20, nil)
 	render := func(name, message string, replicas int32) {
 		t.Helper()
 		swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns-" + name},
@@ -145,7 +145,7 @@ replacements:
     fieldPaths: [data.part]
 `)},
 			}}
-			templates := newTemplates(16)
+			templates := newTemplates(8<<20, nil)
 			swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: "my-app", Namespace: "demo"},
 				Spec: webappv1.SimpleWebAppSpec{Message: "left:right"}}
 			want, _, err := kustomizer{}.build(rel, swa, nil)
@@ -161,6 +161,53 @@ replacements:
 			}
 			if templates.checked[mustPackageHash(t, rel)] {
 				t.Error("the package passed the check")
+			}
+		})
+	}
+}
+
+// A template is kept only once the render it served passed the patch policy
+// and the security floor: a render refused by either leaves none behind, so
+// a tenant's refused patches cost the cache nothing. An accepted render keeps
+// its templates, and the next SimpleWebApp of its shape renders from them.
+func TestTemplatesKeptOnlyForAcceptedRenders(t *testing.T) {
+	hostNetwork := dep("spec:\n  template:\n    spec:\n      hostNetwork: true\n")
+	limits := dep("spec:\n  template:\n    spec:\n      containers:\n      - name: web\n        resources:\n          limits: {memory: 64Mi}\n")
+	for _, tc := range []struct {
+		name   string
+		rel    Release
+		reason string
+	}{
+		{"refused by the patch policy", stableRelease(t), webappv1.ReasonPatchNotAllowed},
+		{"refused by the security floor", permissive(t), webappv1.ReasonPolicyViolation},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			templates := newTemplates(8<<20, nil)
+			swa := func(name string, patches ...webappv1.Patch) *webappv1.SimpleWebApp {
+				return &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "demo"},
+					Spec: webappv1.SimpleWebAppSpec{Message: name, Patches: patches}}
+			}
+			_, err := render(tc.rel, swa("refused", hostNetwork), templates)
+			if reasonOf(err) != tc.reason {
+				t.Fatalf("render with hostNetwork: %v, want %s", err, tc.reason)
+			}
+			if n, b := templates.kept.Len(), templates.kept.Bytes(); n != 0 || b != 0 {
+				t.Fatalf("a refused render left %d templates (%d bytes)", n, b)
+			}
+			if _, err := render(tc.rel, swa("accepted", limits), templates); err != nil {
+				t.Fatal(err)
+			}
+			// Two: the render with its patches, and the one without them that
+			// the patch policy compares it with.
+			if n, b := templates.kept.Len(), templates.kept.Bytes(); n != 2 || b == 0 {
+				t.Fatalf("an accepted render kept %d templates (%d bytes), want 2", n, b)
+			}
+			runs := templates.kustomizeRuns.Load()
+			if _, err := render(tc.rel, swa("same-shape", limits), templates); err != nil {
+				t.Fatal(err)
+			}
+			if more := templates.kustomizeRuns.Load() - runs; more != 0 {
+				t.Errorf("a SimpleWebApp of the accepted one's shape ran kustomize %d times, want 0", more)
 			}
 		})
 	}

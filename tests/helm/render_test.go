@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	sigsyaml "sigs.k8s.io/yaml"
@@ -42,6 +44,7 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"relative channels mountPath", []string{"--set", "channels.mountPath=channels"}, "mountPath"},
 		{"extraArgs without --", []string{"--set", "extraArgs[0]=zap-log-level=debug"}, "extraArgs"},
 		{"memory limit not a quantity", []string{"--set", "resources.limits.memory=lots"}, "memory"},
+		{"GOMEMLIMIT in Kubernetes units", []string{"--set", "gomemlimit=300Mi"}, "gomemlimit"},
 		{"scrape interval not a duration", []string{"--set", "metrics.serviceMonitor.interval=soon"}, "interval"},
 		{"prometheus ServiceAccount without namespace", []string{"--set", "metrics.serviceMonitor.prometheusServiceAccount=prometheus"}, "prometheusServiceAccount"},
 		{"fullnameOverride too long", []string{"--set", "fullnameOverride=" + strings.Repeat("x", 41)}, "fullnameOverride"},
@@ -105,19 +108,41 @@ func TestDefaults(t *testing.T) {
 	if !slices.Contains(wide.Args, "--require-image-digest") || slices.ContainsFunc(wide.Args, func(a string) bool { return strings.HasPrefix(a, "--allowed-images") }) {
 		t.Errorf("args %q with allowedImages=null, requireImageDigest=true", wide.Args)
 	}
-	// The Go runtime's settings are those of config/manager/manager.yaml.
-	var wantEnv []corev1.EnvVar
+	// The Go runtime's settings and the resources (GOMEMLIMIT is set below
+	// the memory limit) are those of config/manager/manager.yaml.
+	var manager *corev1.Container
 	for _, doc := range strings.Split(string(readFile(t, "config/manager/manager.yaml")), "\n---") {
 		var d appsv1.Deployment
 		if err := sigsyaml.Unmarshal([]byte(doc), &d); err != nil {
 			t.Fatal(err)
 		}
 		if d.Kind == "Deployment" {
-			wantEnv = d.Spec.Template.Spec.Containers[0].Env
+			manager = &d.Spec.Template.Spec.Containers[0]
 		}
 	}
-	if len(wantEnv) == 0 || !reflect.DeepEqual(c.Env, wantEnv) {
-		t.Errorf("default env %+v, want config/manager/manager.yaml's %+v", c.Env, wantEnv)
+	if manager == nil {
+		t.Fatal("config/manager/manager.yaml has no Deployment")
+	}
+	if len(manager.Env) == 0 || !reflect.DeepEqual(c.Env, manager.Env) {
+		t.Errorf("default env %+v, want config/manager/manager.yaml's %+v", c.Env, manager.Env)
+	}
+	if !equality.Semantic.DeepEqual(c.Resources, manager.Resources) {
+		t.Errorf("default resources %+v, want config/manager/manager.yaml's %+v", c.Resources, manager.Resources)
+	}
+	for _, e := range c.Env {
+		if e.Name != "GOMEMLIMIT" {
+			continue
+		}
+		n, unit := e.Value, int64(1)
+		for suffix, u := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+			if v, ok := strings.CutSuffix(e.Value, suffix); ok {
+				n, unit = v, u
+			}
+		}
+		soft, err := strconv.ParseInt(n, 10, 64)
+		if limit := c.Resources.Limits.Memory().Value(); err != nil || soft*unit >= limit {
+			t.Errorf("GOMEMLIMIT=%s (%v), want a number of bytes below the memory limit of %d", e.Value, err, limit)
+		}
 	}
 }
 
