@@ -145,6 +145,15 @@ RENDER          = go run ./hack/render --image $(IMG) config/default
 docker-build: ## Build the image IMG for this machine's platform (the Dockerfile runs hack/build.sh).
 	$(CONTAINER_TOOL) build --build-arg REVISION=$(REVISION) -t $(IMG) .
 
+# make image: the same image without a container engine (hack/image), an OCI
+# archive for `ctr images import` or `skopeo copy`, for linux/ARCH.
+ARCH           ?= $(shell go env GOHOSTARCH)
+IMAGE_ARCHIVE  ?= dist/simplewebapp-operator-image-$(ARCH).oci.tar
+
+.PHONY: image
+image: ## Build IMG for linux/ARCH (default this machine's) without a container engine: an OCI archive, IMAGE_ARCHIVE (dist/simplewebapp-operator-image-<arch>.oci.tar), reproducible; prints its digest.
+	go run ./hack/image -arch $(ARCH) -image $(IMG) -o $(IMAGE_ARCHIVE)
+
 .PHONY: docker-push
 docker-push: ## Push the image IMG.
 	$(CONTAINER_TOOL) push $(IMG)
