@@ -26,18 +26,18 @@ const (
 	maxPatchListElements = 256
 )
 
-// checkPatchShapes refuses patches whose shape could make kustomize's merge
-// expensive, naming the patch and, for a long list, where it is.
-func checkPatchShapes(decoded []any) error {
-	total := 0
-	for i, v := range decoded {
-		var s patchShape
-		if err := s.walk(v, ""); err != nil {
-			return step.Stalled(webappv1.ReasonPatchNotAllowed, "spec.patches[%d]: %v", i, err)
-		}
-		if total += s.listElements; total > maxPatchListElements {
-			return step.Stalled(webappv1.ReasonPatchNotAllowed, "spec.patches[0..%d] hold %d list entries together, more than the limit of %d: set fewer entries", i, total, maxPatchListElements)
-		}
+// checkPatchShape refuses patch i when its shape could make kustomize's
+// merge expensive, naming the patch and, for a long list, where it is.
+// total carries the list entries of the patches before it, so a large
+// SimpleWebApp is refused at the first patch over the limit, not after all
+// of them were decoded.
+func checkPatchShape(i int, v any, total *int) error {
+	var s patchShape
+	if err := s.walk(v, ""); err != nil {
+		return step.Stalled(webappv1.ReasonPatchNotAllowed, "spec.patches[%d]: %v", i, err)
+	}
+	if *total += s.listElements; *total > maxPatchListElements {
+		return step.Stalled(webappv1.ReasonPatchNotAllowed, "spec.patches[0..%d] hold %d list entries together, more than the limit of %d: set fewer entries", i, *total, maxPatchListElements)
 	}
 	return nil
 }

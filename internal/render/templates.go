@@ -237,7 +237,7 @@ func (t *templatePass) instantiate(rel Release, pkg string, instance map[string]
 }
 
 // template returns the template for a masked instance, rendering it first if
-// needed (kept once the pass commits).
+// needed (with patches: kept once the pass commits).
 func (t *templatePass) template(rel Release, pkg string, m masked, patches []webappv1.Patch) (*renderTemplate, error) {
 	key, err := json.Marshal(struct {
 		Package  string
@@ -271,6 +271,14 @@ func (t *templatePass) template(rel Release, pkg string, m masked, patches []web
 		if hashedName(u) {
 			tpl.hashed = append(tpl.hashed, i)
 		}
+	}
+	if len(patches) == 0 {
+		// The package's own render for a spec shape: what every
+		// SimpleWebApp of that shape without patches renders from, and what a
+		// patched render is compared with, so it is kept whatever the patches
+		// next to it turn out to be.
+		t.kept.Add(string(key), tpl, tpl.size(string(key)))
+		return tpl, nil
 	}
 	t.pending = append(t.pending, pendingTemplate{string(key), tpl})
 	return tpl, nil

@@ -191,14 +191,26 @@ func TestTemplatesKeptOnlyForAcceptedRenders(t *testing.T) {
 			if reasonOf(err) != tc.reason {
 				t.Fatalf("render with hostNetwork: %v, want %s", err, tc.reason)
 			}
-			if n, b := templates.kept.Len(), templates.kept.Bytes(); n != 0 || b != 0 {
-				t.Fatalf("a refused render left %d templates (%d bytes)", n, b)
+			// One: the package's render without patches, which the patch
+			// policy compared it with; nothing of the refused patches.
+			if n := templates.kept.Len(); n != 1 {
+				t.Fatalf("a refused render left %d templates, want only the one without patches", n)
+			}
+			// Refused again: its patches rendered by kustomize again (no
+			// template of them was kept), the package's render from its
+			// template.
+			before := templates.kustomizeRuns.Load()
+			if _, err := render(tc.rel, swa("refused-again", hostNetwork), templates); reasonOf(err) != tc.reason {
+				t.Fatalf("render with hostNetwork again: %v, want %s", err, tc.reason)
+			}
+			if runs := templates.kustomizeRuns.Load() - before; runs != 1 {
+				t.Fatalf("a refused render's second time ran kustomize %d times, want 1", runs)
 			}
 			if _, err := render(tc.rel, swa("accepted", limits), templates); err != nil {
 				t.Fatal(err)
 			}
 			// Two: the render with its patches, and the one without them that
-			// the patch policy compares it with.
+			// the patch policy compares it with (kept before).
 			if n, b := templates.kept.Len(), templates.kept.Bytes(); n != 2 || b == 0 {
 				t.Fatalf("an accepted render kept %d templates (%d bytes), want 2", n, b)
 			}

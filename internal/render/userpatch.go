@@ -40,6 +40,7 @@ func preparePatches(patches []webappv1.Patch) ([]webappv1.Patch, error) {
 		return nil, nil
 	}
 	decoded := make([]any, len(patches))
+	listEntries := 0
 	for i, p := range patches {
 		v, err := decodePatch(p.Patch)
 		if err != nil {
@@ -55,10 +56,10 @@ func preparePatches(patches []webappv1.Patch) ([]webappv1.Patch, error) {
 				return nil, err
 			}
 		}
+		if err := checkPatchShape(i, v, &listEntries); err != nil {
+			return nil, err
+		}
 		decoded[i] = v
-	}
-	if err := checkPatchShapes(decoded); err != nil {
-		return nil, err
 	}
 	out := make([]webappv1.Patch, len(patches))
 	for i, p := range patches {
