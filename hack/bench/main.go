@@ -71,7 +71,7 @@ func main() {
 	flag.StringVar(&o.operatorArgs, "operator-args", "", "more flags for the operator (space-separated)")
 	flag.StringVar(&o.gomemlimit, "gomemlimit", "", "GOMEMLIMIT of the operator, e.g. 90MiB (default: as config/manager/manager.yaml sets it; a baseline runs with its own revision's)")
 	flag.StringVar(&o.gogc, "gogc", "", "GOGC of the operator (default: as config/manager/manager.yaml sets it; a baseline runs with its own revision's)")
-	flag.IntVar(&o.hostileApps, "hostile-apps", 50, "ordinary SimpleWebApps of each round of the hostile neighbours run")
+	flag.IntVar(&o.hostileApps, "hostile-apps", 100, "ordinary SimpleWebApps of each round of the hostile neighbours run")
 	flag.BoolVar(&o.skipHostile, "skip-hostile", false, "do not run the hostile neighbours rounds")
 	flag.Parse()
 	o.kcmQPS, o.schedQPS = float32(kcmQPS), float32(schedQPS)
@@ -81,6 +81,7 @@ func main() {
 	}
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	runCtx = ctx
 	defer cancel()
 	if err := run(ctx, o); err != nil {
 		logf("bench: %v", err)

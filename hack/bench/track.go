@@ -173,10 +173,14 @@ func (t *tracker) maxUpgrades() int {
 // waitUntil polls cond (in memory) every 50ms until it holds or timeout
 // passes, logging progress every 15 s; it returns the time it took and
 // whether it held.
+// runCtx ends with SIGINT or SIGTERM, so a wait ends with it and the
+// clusters are stopped.
+var runCtx = context.Background()
+
 func waitUntil(timeout time.Duration, cond func() bool, progress func() string) (time.Duration, bool) {
 	t0 := time.Now()
 	lastLog := t0
-	took, _, err := testkit.Poll(context.Background(), 50*time.Millisecond, timeout, func(context.Context) (bool, string, error) {
+	took, _, err := testkit.Poll(runCtx, 50*time.Millisecond, timeout, func(context.Context) (bool, string, error) {
 		if cond() {
 			return true, "", nil
 		}
