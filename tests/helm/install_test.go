@@ -3,10 +3,13 @@ package helm_test
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -113,4 +116,68 @@ func TestInstallAndHelmTest(t *testing.T) {
 		t.Fatalf("test kubelet: runs %+v, errors %v; want the second run to fail at operator-ready", runs, errs)
 	}
 	t.Logf("with no operator pod the test Pod failed: %s", runs[1].failed)
+}
+
+// TestInstallAsSubchart on the full local cluster: the umbrella chart of
+// TestSubchart, with `global` values, installs (--wait) with this chart as
+// its dependency, using a ServiceAccount made beforehand
+// (serviceAccount.create=false): the release creates none, binds the
+// operator's roles to that one, and the operator, run with its token and
+// the Deployment's args, makes a SimpleWebApp Ready.
+func TestInstallAsSubchart(t *testing.T) {
+	e := clusterEnv(t)
+	ctx := t.Context()
+	const release, sa = "platform", "platform-operator"
+	ns := testkit.Namespace(t, e.C, testkit.NS{Name: "swa-umbrella", PodSecurity: "restricted", WaitForServiceAccount: true, Keep: true})
+	apps := testkit.Namespace(t, e.C, testkit.NS{Name: "apps-umbrella", WaitForServiceAccount: true, Keep: true})
+	if err := e.C.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa, Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	// umbrellaValues ends in the simplewebapp-operator block: this line joins it.
+	dir := umbrella(t, umbrellaValues+"  serviceAccount: {create: false, name: "+sa+"}\n")
+
+	t0 := time.Now()
+	if _, _, err := runHelm(t, e.Cluster.Kubeconfig, "install", release, dir, "-n", ns, "--wait", "--timeout=3m", "--set", "global.extra=x"); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("FIGURE helm install --wait (umbrella): %s", time.Since(t0).Round(time.Millisecond))
+	dep, err := e.CS.AppsV1().Deployments(ns).Get(ctx, release+"-controller-manager", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := readChartMeta(t).AppVersion; dep.Spec.Template.Spec.ServiceAccountName != sa || dep.Labels["app.kubernetes.io/version"] != v || ptr.Deref(dep.Spec.Replicas, -1) != 1 {
+		t.Errorf("Deployment: serviceAccountName %q, labels %v, replicas %d; want %s, version %s, 1",
+			dep.Spec.Template.Spec.ServiceAccountName, dep.Labels, ptr.Deref(dep.Spec.Replicas, -1), sa, v)
+	}
+	if out, err := e.Kubectl.Admin("get", "serviceaccounts", "-n", ns, "-l", "app.kubernetes.io/instance="+release, "-o", "name"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("ServiceAccounts of the release: %q (%v), want none", out, err)
+	}
+	crb, err := e.CS.RbacV1().ClusterRoleBindings().Get(ctx, release+"-manager-rolebinding", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}}; !reflect.DeepEqual(crb.Subjects, want) {
+		t.Errorf("ClusterRoleBinding %s subjects %+v, want %+v", crb.Name, crb.Subjects, want)
+	}
+
+	op, err := e.StartInstalled(ctx, ns, dep.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(op.Kill)
+	opDiag := testkit.Diag(func() string { return "--- operator log ---\n" + op.LogTail(30) })
+	if err := op.WaitReady(ctx, 60*time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, op.LogTail(30))
+	}
+	swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: "my-webapp", Namespace: apps},
+		Spec: webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](1), Message: "installed as a subchart"}}
+	if err := e.C.Create(ctx, swa); err != nil {
+		t.Fatal(err)
+	}
+	testkit.WaitFor(t, 2*time.Minute, "SimpleWebApp "+apps+"/my-webapp Ready under the existing ServiceAccount", func(ctx context.Context) (bool, string) {
+		if err := e.C.Get(ctx, client.ObjectKeyFromObject(swa), swa); err != nil {
+			return false, err.Error()
+		}
+		return apimeta.IsStatusConditionTrue(swa.Status.Conditions, "Ready"), fmt.Sprintf("%+v", swa.Status.Conditions)
+	}, opDiag, testkit.Every(200*time.Millisecond))
 }

@@ -1,11 +1,14 @@
 // Package helm tests the Helm chart config/helm/simplewebapp-operator with
 // the helm CLI built by hack/tools/build.sh: its values schema rejects bad
-// values, each toggle renders what it says, the copies of generated files
-// and the README's values table are current, `helm lint --strict` passes,
-// and on a full local cluster `helm install` works, the installed operator
-// (run as a local process with the installed ServiceAccount's token: kwok
-// runs no containers) makes a SimpleWebApp Ready, and `helm test` passes,
-// and fails once the operator has no Ready pod.
+// values, each toggle renders what it says, every object has the standard
+// labels, the chart works as a subchart with `global` values and with an
+// existing ServiceAccount, the copies of generated files and the README's
+// values table are current, `helm lint --strict` passes, and on a full
+// local cluster `helm install` works (the umbrella chart's too), the
+// installed operator (run as a local process with the installed
+// ServiceAccount's token: kwok runs no containers) makes a SimpleWebApp
+// Ready, and `helm test` passes, and fails once the operator has no Ready
+// pod.
 package helm_test
 
 import (

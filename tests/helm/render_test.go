@@ -49,6 +49,9 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"prometheus ServiceAccount without namespace", []string{"--set", "metrics.serviceMonitor.prometheusServiceAccount=prometheus"}, "prometheusServiceAccount"},
 		{"fullnameOverride too long", []string{"--set", "fullnameOverride=" + strings.Repeat("x", 41)}, "fullnameOverride"},
 		{"test timeout not a duration", []string{"--set", "test.timeout=2 minutes"}, "timeout"},
+		{"serviceAccount.create as a string", []string{"--set-string", "serviceAccount.create=false"}, "create"},
+		{"invalid ServiceAccount name", []string{"--set", "serviceAccount.name=Operator_SA"}, "serviceAccount"},
+		{"global not an object", []string{"--set", "global=3"}, "global"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, _, err := runHelm(t, "", append([]string{"template", "swa", chartDir}, tc.args...)...)
@@ -412,13 +415,14 @@ func goRun(t *testing.T, args ...string) {
 	}
 }
 
-// TestLint: helm lint --strict passes with the defaults and with every
-// optional part on.
+// TestLint: helm lint --strict passes with the defaults, with every
+// optional part on, and with an existing ServiceAccount.
 func TestLint(t *testing.T) {
 	for _, set := range []string{
 		"replicaCount=2",
 		"metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true,watchNamespaces={a,b},channels.configMap.name=c",
 		"metrics.enabled=false,leaderElection.enabled=false,tenantRoles.enabled=false",
+		"serviceAccount.create=false,serviceAccount.name=x",
 	} {
 		if out, _, err := runHelm(t, "", "lint", "--strict", chartDir, "--set", set); err != nil {
 			t.Errorf("%v\n%s", err, out)

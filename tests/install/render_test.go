@@ -283,7 +283,7 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 
 // withoutLabels drops what legitimately differs between the chart and
 // config/default: labels, annotations and the label selectors (the chart adds
-// app.kubernetes.io/instance, managed-by and helm.sh/chart).
+// app.kubernetes.io/instance, version, managed-by and helm.sh/chart).
 func withoutLabels(u *unstructured.Unstructured) *unstructured.Unstructured {
 	u = u.DeepCopy()
 	unstructured.RemoveNestedField(u.Object, "metadata", "labels")
