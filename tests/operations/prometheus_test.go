@@ -449,10 +449,14 @@ func (objs objects) one(t *testing.T, kind string, v any) {
 	found[0].into(t, v)
 }
 
-// kustomize builds dir with the cluster's kubectl.
+// kustomize builds dir (relative to the repository, or absolute) with the
+// cluster's kubectl.
 func kustomize(t *testing.T, dir string) objects {
 	t.Helper()
-	out, err := env.Kubectl.Admin("kustomize", filepath.Join(env.Root, dir))
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(env.Root, dir)
+	}
+	out, err := env.Kubectl.Admin("kustomize", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
