@@ -11,7 +11,8 @@ TEST_TIMEOUT   ?= 45m
 VERSION        := $(strip $(file < VERSION))
 # The control plane binaries (etcd, kube-apiserver, ..., kubectl, kwok), built
 # from pinned module sources into a cache outside the clone. Only the test and
-# local cluster targets use them; install and deploy use your kubectl.
+# local cluster targets (and make run without a cluster) use them; install and
+# deploy use your kubectl.
 TOOLS_BIN       = $(shell bash hack/tools/build.sh --print)
 KUBECTL        ?= kubectl
 CONTROLLER_GEN  = go tool controller-gen
@@ -104,8 +105,10 @@ cluster-down: ## Stop the local control plane; nothing of it stays running.
 
 ##@ Run
 
+# run builds only the operator: hack/run.sh builds the local control plane
+# (make tools) only when KUBECONFIG reaches no cluster.
 .PHONY: run
-run: build tools ## Run the operator against KUBECONFIG, or a local cluster it starts, with the sample applied.
+run: build ## Run the operator with the sample applied: on KUBECONFIG's cluster (no control plane built), else on a local cluster it builds and starts.
 	SWA_BIN_DIR=$(TOOLS_BIN) BIN=$(BIN) bash hack/run.sh
 
 .PHONY: install
