@@ -29,7 +29,7 @@ type outcome struct {
 	// waitingForUpgrade says why the running version was applied instead
 	// of a newer one (no upgrade slot free).
 	waitingForUpgrade string
-	// requestedAt is the reconcile-requested-at annotation handled.
+	// requestedAt is the reconcile request handled (webappv1.RequestedReconcileAt).
 	requestedAt string
 	staleRead   bool
 	// unconfirmed is the status before this pass wrote the one a first

@@ -20,7 +20,7 @@ import (
 //
 // It writes the children; status is computed from its outcome by the caller.
 func (r *SimpleWebAppReconciler) reconcile(ctx context.Context, swa *webappv1.SimpleWebApp) (o outcome) {
-	o.requestedAt = swa.Annotations[webappv1.AnnotationReconcileRequestedAt]
+	o.requestedAt = webappv1.RequestedReconcileAt(swa)
 	force := o.requestedAt != "" && o.requestedAt != swa.Status.LastHandledReconcileAt
 	defer func() {
 		if o.workload == nil && o.failure != nil || o.suspended {

@@ -14,14 +14,15 @@ import (
 	"example.com/simplewebapp-operator/internal/render"
 )
 
-// reconcileRequested passes a change of the reconcile-requested-at annotation.
+// reconcileRequested passes a change of the reconcile request (ours or
+// Flux's annotation, as webappv1.RequestedReconcileAt reads them): a change
+// of an annotation that does not change the request would reconcile nothing.
 var reconcileRequested = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		key := webappv1.AnnotationReconcileRequestedAt
-		return e.ObjectOld.GetAnnotations()[key] != e.ObjectNew.GetAnnotations()[key]
+		return webappv1.RequestedReconcileAt(e.ObjectOld) != webappv1.RequestedReconcileAt(e.ObjectNew)
 	},
 }
 

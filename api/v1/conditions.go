@@ -1,5 +1,11 @@
 package v1
 
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
 // Condition types, as kstatus, `kubectl wait --for=condition=Ready`, Flux and
 // Argo CD read them. At most one of Reconciling and Stalled is True.
 const (
@@ -102,7 +108,45 @@ func AllReasons() []string {
 }
 
 // AnnotationReconcileRequestedAt asks for one reconcile when its value
-// changes (any string, by convention a timestamp), like Flux's
-// reconcile.fluxcd.io/requestedAt. The handled value is echoed in
+// changes (any string, by convention an RFC 3339 timestamp). Flux's
+// AnnotationFluxReconcileRequestedAt does too; RequestedReconcileAt says
+// which of the two is the request. The handled value is echoed in
 // status.lastHandledReconcileAt.
 const AnnotationReconcileRequestedAt = "simplewebapp.example.com/reconcile-requested-at"
+
+// AnnotationFluxReconcileRequestedAt is Flux's reconcile request
+// (meta.ReconcileRequestAnnotation), honoured so that tools and habits made
+// for Flux objects work on SimpleWebApps too.
+const AnnotationFluxReconcileRequestedAt = "reconcile.fluxcd.io/requestedAt"
+
+// RequestedReconcileAt is the reconcile request obj carries: the value of
+// whichever of AnnotationReconcileRequestedAt and
+// AnnotationFluxReconcileRequestedAt is set, and when both are, the later
+// RFC 3339 time (a value that is not one counts as earlier than one that is;
+// a tie goes to AnnotationReconcileRequestedAt). It depends on the
+// annotations alone, so the watch, the pipeline and the render cache agree on
+// it, and echoing it in status.lastHandledReconcileAt cannot make the two
+// annotations take turns; a new request must therefore be later than the
+// other annotation's, which a current timestamp is.
+func RequestedReconcileAt(obj metav1.Object) string {
+	ann := obj.GetAnnotations()
+	ours, flux := ann[AnnotationReconcileRequestedAt], ann[AnnotationFluxReconcileRequestedAt]
+	switch {
+	case flux == "":
+		return ours
+	case ours == "" || later(flux, ours):
+		return flux
+	}
+	return ours
+}
+
+// later reports whether a is an RFC 3339 time after b, counting a b that is
+// not a time as earlier than any time.
+func later(a, b string) bool {
+	ta, err := time.Parse(time.RFC3339Nano, a)
+	if err != nil {
+		return false
+	}
+	tb, err := time.Parse(time.RFC3339Nano, b)
+	return err != nil || ta.After(tb)
+}

@@ -143,9 +143,10 @@ type SimpleWebAppStatus struct {
 	// +optional
 	AppliedGeneration int64 `json:"appliedGeneration,omitempty"`
 
-	// LastHandledReconcileAt is the value of the
-	// simplewebapp.example.com/reconcile-requested-at annotation that was
-	// last handled.
+	// LastHandledReconcileAt is the reconcile request last handled: the
+	// value of the simplewebapp.example.com/reconcile-requested-at or the
+	// reconcile.fluxcd.io/requestedAt annotation (when both are set, the
+	// later time).
 	// +optional
 	LastHandledReconcileAt string `json:"lastHandledReconcileAt,omitempty"`
 

@@ -151,7 +151,7 @@ func inputsID(key string) string { return key[:16] }
 // for these inputs and this generation, unless a reconcile was requested
 // since: a render that ran past its deadline once would again.
 func timedOutBefore(swa *webappv1.SimpleWebApp, key string) error {
-	if at := swa.Annotations[webappv1.AnnotationReconcileRequestedAt]; at != "" && at != swa.Status.LastHandledReconcileAt {
+	if at := webappv1.RequestedReconcileAt(swa); at != "" && at != swa.Status.LastHandledReconcileAt {
 		return nil
 	}
 	c := meta.FindStatusCondition(swa.Status.Conditions, webappv1.ConditionStalled)

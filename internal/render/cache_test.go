@@ -165,12 +165,22 @@ func TestRenderTimeout(t *testing.T) {
 		"reconcile requested": func(s *webappv1.SimpleWebApp) {
 			s.Annotations = map[string]string{webappv1.AnnotationReconcileRequestedAt: "now"}
 		},
+		"reconcile requested the Flux way": func(s *webappv1.SimpleWebApp) {
+			s.Annotations = map[string]string{webappv1.AnnotationFluxReconcileRequestedAt: "2026-12-01T12:00:00.5Z"}
+		},
 	} {
 		s := slow.DeepCopy()
 		change(s)
 		if err := timedOutBefore(s, mustKey(t, rel, s)); err != nil {
 			t.Errorf("%s: %v, want a render", name, err)
 		}
+	}
+	// A request already handled is no new one.
+	handled := slow.DeepCopy()
+	handled.Annotations = map[string]string{webappv1.AnnotationFluxReconcileRequestedAt: "2026-12-01T12:00:00.5Z"}
+	handled.Status.LastHandledReconcileAt = "2026-12-01T12:00:00.5Z"
+	if err := timedOutBefore(handled, mustKey(t, rel, handled)); reasonOf(err) != webappv1.ReasonRenderTimeout {
+		t.Errorf("a handled request: %v, want the timeout again", err)
 	}
 	close(b.release)
 	waitFor(t, "the late render's slot", func() bool { return c.slots.heldBy("slow") == 0 })

@@ -2,7 +2,9 @@
 // resource health script (gopher-lua, the object as the global table obj,
 // the returned table's status and message) against SimpleWebApps captured
 // from a real API server with the operator running (testdata/, rewritten by
-// -update), and against a table of every status reason.
+// -update), and against a table of every status reason; and the resource
+// actions of config/argocd/actions the way Argo CD runs those
+// (actions_test.go).
 package argocd
 
 import (
@@ -10,6 +12,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -22,13 +25,15 @@ import (
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
 
-var update = flag.Bool("update", false, "capture testdata/ from a real API server with the operator running, and rewrite argocd-cm-patch.yaml from health.lua")
+var update = flag.Bool("update", false, "capture testdata/ from a real API server with the operator running, and rewrite argocd-cm-patch.yaml from health.lua and actions/")
 
 const (
 	scriptPath = "../../config/argocd/health.lua"
 	patchPath  = "../../config/argocd/argocd-cm-patch.yaml"
 	// healthKey is the argocd-cm key of the script: resource.customizations.health.<group>_<kind>.
 	healthKey = "resource.customizations.health.example.com_SimpleWebApp"
+	// actionsKey is the argocd-cm key of the actions: resource.customizations.actions.<group>_<kind>.
+	actionsKey = "resource.customizations.actions.example.com_SimpleWebApp"
 )
 
 // Health is what Argo CD reads from the script's result.
@@ -49,26 +54,56 @@ func script(t *testing.T) string {
 	return string(b)
 }
 
-// health runs the script as Argo CD's util/lua does: no standard libraries
-// but package, base and table, obj set from the unstructured object
-// (numbers as Lua numbers, lists as arrays), the value left on the stack
-// decoded as {status, message}.
-func health(t *testing.T, src string, obj map[string]any) Health {
+// run runs a script as Argo CD's util/lua does for scripts from argocd-cm
+// (health checks and actions alike): no standard libraries but package,
+// base and table, and of os only time and date, through require("os") (no
+// global os); obj set from the unstructured object (numbers as Lua numbers,
+// lists as arrays). It returns the value left on the stack; the caller
+// closes l.
+func run(t *testing.T, name, src string, obj map[string]any) (l *lua.LState, ret lua.LValue) {
 	t.Helper()
-	l := lua.NewState(lua.Options{SkipOpenLibs: true})
-	defer l.Close()
-	for name, open := range map[string]lua.LGFunction{lua.LoadLibName: lua.OpenPackage, lua.BaseLibName: lua.OpenBase, lua.TabLibName: lua.OpenTable} {
-		if err := l.CallByParam(lua.P{Fn: l.NewFunction(open), NRet: 0, Protect: true}, lua.LString(name)); err != nil {
+	l = lua.NewState(lua.Options{SkipOpenLibs: true})
+	for lib, open := range map[string]lua.LGFunction{lua.LoadLibName: lua.OpenPackage, lua.BaseLibName: lua.OpenBase, lua.TabLibName: lua.OpenTable} {
+		if err := l.CallByParam(lua.P{Fn: l.NewFunction(open), NRet: 0, Protect: true}, lua.LString(lib)); err != nil {
+			l.Close()
 			t.Fatal(err)
 		}
 	}
+	l.PreloadModule(lua.OsLibName, func(l *lua.LState) int {
+		l.Push(l.SetFuncs(l.NewTable(), safeOs()))
+		return 1
+	})
 	l.SetGlobal("obj", toLua(l, obj))
 	if err := l.DoString(src); err != nil {
-		t.Fatalf("health.lua: %v", err)
+		l.Close()
+		t.Fatalf("%s: %v", name, err)
 	}
-	ret, ok := l.Get(-1).(*lua.LTable)
+	return l, l.Get(-1)
+}
+
+// safeOs is Argo CD's safe os library (util/lua/oslib_safe.go): time and
+// date, copied from gopher-lua's, which these are.
+func safeOs() map[string]lua.LGFunction {
+	l := lua.NewState(lua.Options{SkipOpenLibs: true})
+	defer l.Close()
+	lua.OpenOs(l)
+	full := l.GetGlobal(lua.OsLibName).(*lua.LTable)
+	out := map[string]lua.LGFunction{}
+	for _, name := range []string{"time", "date"} {
+		out[name] = full.RawGetString(name).(*lua.LFunction).GFunction
+	}
+	return out
+}
+
+// health runs the health script, the value it returns decoded as {status,
+// message}.
+func health(t *testing.T, src string, obj map[string]any) Health {
+	t.Helper()
+	l, v := run(t, "health.lua", src, obj)
+	defer l.Close()
+	ret, ok := v.(*lua.LTable)
 	if !ok {
-		t.Fatalf("health.lua returned %s, not a table", l.Get(-1).Type())
+		t.Fatalf("health.lua returned %s, not a table", v.Type())
 	}
 	h := Health{Status: lua.LVAsString(ret.RawGetString("status")), Message: lua.LVAsString(ret.RawGetString("message"))}
 	if !slices.Contains(argoHealthStatuses, h.Status) {
@@ -105,10 +140,10 @@ func toLua(l *lua.LState, v any) lua.LValue {
 	return lua.LNil
 }
 
-// The argocd-cm patch carries health.lua unchanged, under the key Argo CD
-// looks up for example.com/SimpleWebApp.
-func TestPatchCarriesTheScript(t *testing.T) {
-	want, err := patchFor(script(t))
+// The argocd-cm patch carries health.lua and the actions unchanged, under
+// the keys Argo CD looks up for example.com/SimpleWebApp.
+func TestPatchCarriesTheScripts(t *testing.T) {
+	want, err := patchFor(script(t), actions(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,17 +171,29 @@ func TestPatchCarriesTheScript(t *testing.T) {
 	if cm.Kind != "ConfigMap" || cm.Metadata.Name != "argocd-cm" || cm.Data[healthKey] != script(t) {
 		t.Errorf("%s: ConfigMap %s does not hold health.lua under %s (rewrite it with -update)", patchPath, cm.Metadata.Name, healthKey)
 	}
+	var acts actionsConfig
+	if err := yaml.UnmarshalStrict([]byte(cm.Data[actionsKey]), &acts); err != nil {
+		t.Fatalf("%s: %s: %v", patchPath, actionsKey, err)
+	}
+	if !reflect.DeepEqual(acts, actions(t)) {
+		t.Errorf("%s: %s does not hold the scripts of config/argocd/actions (rewrite it with -update)", patchPath, actionsKey)
+	}
 }
 
-func patchFor(src string) ([]byte, error) {
+func patchFor(health string, acts actionsConfig) ([]byte, error) {
 	var b bytes.Buffer
-	b.WriteString("# Installs config/argocd/health.lua as Argo CD's health check of SimpleWebApps\n")
-	b.WriteString("# (generated from it: go test ./tests/argocd -update). Merge into argocd-cm:\n")
+	b.WriteString("# Installs config/argocd/health.lua and config/argocd/actions as Argo CD's health\n")
+	b.WriteString("# check and resource actions of SimpleWebApps (generated from them:\n")
+	b.WriteString("# go test ./tests/argocd -update). Merge into argocd-cm:\n")
 	b.WriteString("#   kubectl -n argocd patch configmap argocd-cm --patch-file config/argocd/argocd-cm-patch.yaml\n")
+	actsYAML, err := yaml.Marshal(acts)
+	if err != nil {
+		return nil, err
+	}
 	body, err := yaml.Marshal(map[string]any{
 		"apiVersion": "v1", "kind": "ConfigMap",
 		"metadata": map[string]any{"name": "argocd-cm", "namespace": "argocd"},
-		"data":     map[string]string{healthKey: src},
+		"data":     map[string]string{healthKey: health, actionsKey: string(actsYAML)},
 	})
 	b.Write(body)
 	return b.Bytes(), err

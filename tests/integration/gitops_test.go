@@ -7,13 +7,16 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 	kstatus "sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/internal/render"
 	"example.com/simplewebapp-operator/internal/testkit"
 )
 
@@ -127,4 +130,86 @@ func TestSuspendAndReconcileNow(t *testing.T) {
 	deployment(t, ns, "pause", "hand edit reverted after resume", func(d *appsv1.Deployment) (bool, string) {
 		return *d.Spec.Replicas == 2, fmt.Sprint(*d.Spec.Replicas)
 	})
+}
+
+// Flux's reconcile.fluxcd.io/requestedAt asks for a reconcile too, also on a
+// SimpleWebApp that already carries an older request of ours, and is echoed
+// in status.lastHandledReconcileAt. That it forced a reconcile shows on an
+// object holding a field that the operator's own field manager owns (as its
+// create does) but the render lacks: no ordinary reconcile touches it, a
+// requested one re-applies the object and removes the field.
+func TestFluxReconcileRequest(t *testing.T) {
+	ns := testkit.Namespace(t, k8s, testNS)
+	create(t, newWebApp(ns, "flux", 2, "hello"))
+	rolledOutAndReady(t, ns, "flux")
+	requested := func(key, value string) {
+		update(t, ns, "flux", func(s *webappv1.SimpleWebApp) {
+			if s.Annotations == nil {
+				s.Annotations = map[string]string{}
+			}
+			s.Annotations[key] = value
+		})
+	}
+	echoed := func(want string) {
+		t.Helper()
+		testkit.WaitFor(t, timeout, "status.lastHandledReconcileAt "+want, func(context.Context) (bool, string) {
+			s := &webappv1.SimpleWebApp{}
+			if err := get(t, ns, "flux", s); err != nil {
+				return false, err.Error()
+			}
+			return s.Status.LastHandledReconcileAt == want, s.Status.LastHandledReconcileAt
+		})
+	}
+	// An earlier request of ours, as `kubectl annotate` or Argo CD's
+	// reconcile-now leave behind.
+	ours := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	requested(webappv1.AnnotationReconcileRequestedAt, ours)
+	echoed(ours)
+
+	const leftBehind = "example.com/left-behind"
+	svc := service(t, ns, "flux")
+	patch := client.MergeFrom(svc.DeepCopy())
+	if svc.Annotations == nil {
+		svc.Annotations = map[string]string{}
+	}
+	svc.Annotations[leftBehind] = "x"
+	if err := k8s.Patch(context.Background(), svc, patch, client.FieldOwner(render.ManagerName)); err != nil {
+		t.Fatal(err)
+	}
+	stays := func(what string) {
+		t.Helper()
+		s := &corev1.Service{}
+		if err := get(t, ns, "flux-web", s); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := s.Annotations[leftBehind]; !ok {
+			t.Fatalf("%s removed %s from the Service: only a requested reconcile should", what, leftBehind)
+		}
+	}
+	// An ordinary reconcile, seen to have processed a new generation, leaves
+	// the field alone.
+	gen := update(t, ns, "flux", func(s *webappv1.SimpleWebApp) { s.Spec.Replicas = new(int32(3)) }).Generation
+	testkit.WaitFor(t, timeout, fmt.Sprintf("generation %d observed", gen), func(context.Context) (bool, string) {
+		s := &webappv1.SimpleWebApp{}
+		if err := get(t, ns, "flux", s); err != nil {
+			return false, err.Error()
+		}
+		return s.Status.ObservedGeneration >= gen, fmt.Sprint(s.Status.ObservedGeneration)
+	})
+	stays("a reconcile of a spec change")
+
+	// Flux's request, as Flux writes it (RFC 3339 with nanoseconds).
+	flux := time.Now().UTC().Format(time.RFC3339Nano)
+	requested(webappv1.AnnotationFluxReconcileRequestedAt, flux)
+	echoed(flux)
+	testkit.WaitFor(t, timeout, "the requested reconcile removes "+leftBehind, func(context.Context) (bool, string) {
+		s := &corev1.Service{}
+		if err := get(t, ns, "flux-web", s); err != nil {
+			return false, err.Error()
+		}
+		_, ok := s.Annotations[leftBehind]
+		return !ok, fmt.Sprint(s.Annotations)
+	})
+	// The forced re-apply leaves a working app.
+	rolledOutAndReady(t, ns, "flux")
 }
