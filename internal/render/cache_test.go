@@ -17,6 +17,7 @@ import (
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/internal/metrics"
 	"example.com/simplewebapp-operator/internal/step"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // Renders are CPU-bound: however many workers reconcile, at most GOMAXPROCS
@@ -65,14 +66,7 @@ func TestRenderWaitsForASlot(t *testing.T) {
 // waitFor polls cond until it holds, failing after a deadline.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: deadline exceeded", what)
-		}
-		runtime.Gosched()
-		time.Sleep(time.Millisecond)
-	}
+	testkit.WaitFor(t, 30*time.Second, what, func(context.Context) (bool, string) { return cond(), "" })
 }
 
 // One namespace holds at most all slots but one: its slow renders leave a
