@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // slug is the anchor GitHub and most Markdown renderers give a heading.
@@ -31,16 +32,7 @@ func TestEveryAlertHasARunbook(t *testing.T) {
 			anchors[slug(strings.TrimLeft(h, "#"))] = true
 		}
 	}
-	var rule struct {
-		Spec struct {
-			Groups []struct {
-				Rules []struct {
-					Alert       string            `json:"alert"`
-					Annotations map[string]string `json:"annotations"`
-				} `json:"rules"`
-			} `json:"groups"`
-		} `json:"spec"`
-	}
+	var rule struct{ Spec testkit.PrometheusRuleSpec }
 	b, err := os.ReadFile("../../config/prometheus/prometheusrule.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -48,30 +40,26 @@ func TestEveryAlertHasARunbook(t *testing.T) {
 	if err := yaml.Unmarshal(b, &rule); err != nil {
 		t.Fatal(err)
 	}
-	alerts := 0
-	for _, g := range rule.Spec.Groups {
-		for _, r := range g.Rules {
-			alerts++
-			url := r.Annotations["runbook_url"]
-			base, anchor, ok := strings.Cut(url, "#")
-			if !ok || !strings.HasSuffix(base, "/troubleshooting.md") {
-				t.Errorf("%s: runbook_url %q, want .../troubleshooting.md#section", r.Alert, url)
-				continue
-			}
-			if anchor == "{{ $labels.reason | toLower }}" {
-				for _, reason := range webappv1.AllReasons() {
-					if !anchors[strings.ToLower(reason)] {
-						t.Errorf("%s: no section for reason %s", r.Alert, reason)
-					}
+	urls := rule.Spec.AlertAnnotation("runbook_url")
+	for alert, url := range urls {
+		base, anchor, ok := strings.Cut(url, "#")
+		if !ok || !strings.HasSuffix(base, "/troubleshooting.md") {
+			t.Errorf("%s: runbook_url %q, want .../troubleshooting.md#section", alert, url)
+			continue
+		}
+		if anchor == "{{ $labels.reason | toLower }}" {
+			for _, reason := range webappv1.AllReasons() {
+				if !anchors[strings.ToLower(reason)] {
+					t.Errorf("%s: no section for reason %s", alert, reason)
 				}
-				continue
 			}
-			if !anchors[anchor] {
-				t.Errorf("%s: runbook_url %q: docs/troubleshooting.md has no section #%s", r.Alert, url, anchor)
-			}
+			continue
+		}
+		if !anchors[anchor] {
+			t.Errorf("%s: runbook_url %q: docs/troubleshooting.md has no section #%s", alert, url, anchor)
 		}
 	}
-	if alerts < 5 {
-		t.Fatalf("read %d alerts", alerts)
+	if len(urls) < 5 {
+		t.Fatalf("read %d alerts", len(urls))
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/internal/operatortest"
 	"example.com/simplewebapp-operator/internal/testkit"
 )
 
@@ -28,7 +29,6 @@ import (
 // and once the operator has no Ready pod, `helm test` fails.
 func TestInstallAndHelmTest(t *testing.T) {
 	e := clusterEnv(t)
-	ctx := t.Context()
 	const release = "swa"
 	ns := testkit.Namespace(t, e.C, testkit.NS{Name: "swa-helm", PodSecurity: "restricted", WaitForServiceAccount: true, Keep: true})
 	apps := testkit.Namespace(t, e.C, testkit.NS{Name: "apps", WaitForServiceAccount: true, Keep: true})
@@ -60,27 +60,7 @@ func TestInstallAndHelmTest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	op, err := e.StartInstalled(ctx, ns, release+"-controller-manager")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(op.Kill)
-	opDiag := testkit.Diag(func() string { return "--- operator log ---\n" + op.LogTail(30) })
-	if err := op.WaitReady(ctx, 60*time.Second); err != nil {
-		t.Fatalf("%v\n%s", err, op.LogTail(30))
-	}
-	t.Logf("operator args: %q", op.Args())
-	swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: "my-webapp", Namespace: apps},
-		Spec: webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](2), Message: "installed with Helm"}}
-	if err := e.C.Create(ctx, swa); err != nil {
-		t.Fatal(err)
-	}
-	testkit.WaitFor(t, 2*time.Minute, "SimpleWebApp apps/my-webapp Ready under the Helm-installed identity", func(ctx context.Context) (bool, string) {
-		if err := e.C.Get(ctx, client.ObjectKeyFromObject(swa), swa); err != nil {
-			return false, err.Error()
-		}
-		return apimeta.IsStatusConditionTrue(swa.Status.Conditions, "Ready"), fmt.Sprintf("%+v", swa.Status.Conditions)
-	}, opDiag, testkit.Every(200*time.Millisecond))
+	runInstalledOperator(t, e, ns, release+"-controller-manager", apps, 2, "installed with Helm", "the Helm-installed identity")
 
 	kubelet := startTestKubelet(t, e, ns)
 	t0 = time.Now()
@@ -160,7 +140,16 @@ func TestInstallAsSubchart(t *testing.T) {
 		t.Errorf("ClusterRoleBinding %s subjects %+v, want %+v", crb.Name, crb.Subjects, want)
 	}
 
-	op, err := e.StartInstalled(ctx, ns, dep.Name)
+	runInstalledOperator(t, e, ns, dep.Name, apps, 1, "installed as a subchart", "the existing ServiceAccount")
+}
+
+// runInstalledOperator runs the operator of the installed Deployment in ns
+// with its ServiceAccount's token and waits until a SimpleWebApp it is given
+// in apps is Ready: the install's identity and roles are enough.
+func runInstalledOperator(t *testing.T, e *operatortest.Env, ns, deployment, apps string, replicas int32, message, identity string) {
+	t.Helper()
+	ctx := t.Context()
+	op, err := e.StartInstalled(ctx, ns, deployment)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,12 +158,13 @@ func TestInstallAsSubchart(t *testing.T) {
 	if err := op.WaitReady(ctx, 60*time.Second); err != nil {
 		t.Fatalf("%v\n%s", err, op.LogTail(30))
 	}
+	t.Logf("operator args: %q", op.Args())
 	swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: "my-webapp", Namespace: apps},
-		Spec: webappv1.SimpleWebAppSpec{Replicas: ptr.To[int32](1), Message: "installed as a subchart"}}
+		Spec: webappv1.SimpleWebAppSpec{Replicas: ptr.To(replicas), Message: message}}
 	if err := e.C.Create(ctx, swa); err != nil {
 		t.Fatal(err)
 	}
-	testkit.WaitFor(t, 2*time.Minute, "SimpleWebApp "+apps+"/my-webapp Ready under the existing ServiceAccount", func(ctx context.Context) (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, "SimpleWebApp "+apps+"/my-webapp Ready under "+identity, func(ctx context.Context) (bool, string) {
 		if err := e.C.Get(ctx, client.ObjectKeyFromObject(swa), swa); err != nil {
 			return false, err.Error()
 		}

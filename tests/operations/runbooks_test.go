@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"example.com/simplewebapp-operator/internal/testkit"
 )
 
 // An overlay with the component config/prometheus/runbook-url and its
@@ -33,24 +35,9 @@ func TestRunbookURLComponent(t *testing.T) {
 		}
 	}
 	urls := func(objs objects) map[string]string {
-		var rule struct {
-			Spec struct {
-				Groups []struct {
-					Rules []struct {
-						Alert       string            `json:"alert"`
-						Annotations map[string]string `json:"annotations"`
-					} `json:"rules"`
-				} `json:"groups"`
-			} `json:"spec"`
-		}
+		var rule struct{ Spec testkit.PrometheusRuleSpec }
 		objs.one(t, "PrometheusRule", &rule)
-		out := map[string]string{}
-		for _, g := range rule.Spec.Groups {
-			for _, r := range g.Rules {
-				out[r.Alert] = r.Annotations["runbook_url"]
-			}
-		}
-		return out
+		return rule.Spec.AlertAnnotation("runbook_url")
 	}
 	defaults := urls(kustomize(t, "config/prometheus"))
 	overlay := kustomize(t, dir)
