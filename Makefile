@@ -66,14 +66,20 @@ chaos: tools ## Fault-injection suite at full size (tests/chaos; make test runs 
 	SWA_CHAOS_FULL=1 SWA_BIN_DIR=$(TOOLS_BIN) go test -count=1 -timeout 90m -v ./tests/chaos/
 
 .PHONY: test-webserver
-test-webserver: ## Serve each package's rendered nginx config with a real nginx (installs Debian's nginx-light if missing; CI runs it).
-	@command -v nginx >/dev/null || test -x /usr/sbin/nginx || { \
+# The stand-in web image's test runs it with runc: hack/realnode's when built,
+# else one on PATH, else Debian's is installed.
+test-webserver: ## Serve each package's rendered nginx config with a real nginx, directly and in the stand-in web image under runc (installs Debian's nginx-light and runc if missing; CI runs it).
+	@missing=; \
+	command -v nginx >/dev/null || test -x /usr/sbin/nginx || missing+=" nginx-light"; \
+	test -n "$$SWA_RUNC" || command -v runc >/dev/null || test -x "$$(bash hack/realnode/build.sh --print)/runc" || missing+=" runc"; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			echo "installing nginx-light (Debian)"; \
-			(apt-get install -y -qq --no-install-recommends nginx-light >/dev/null 2>&1 || \
-			 (apt-get update -qq && apt-get install -y -qq --no-install-recommends nginx-light >/dev/null)) && \
-			bash tests/webserver/stop-nginx-service.sh; \
-		else echo "test-webserver needs nginx (e.g. apt-get install nginx-light)"; exit 1; fi; }
+			echo "installing$$missing (Debian)"; \
+			(apt-get install -y -qq --no-install-recommends $$missing >/dev/null 2>&1 || \
+			 (apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null)); \
+			if [[ $$missing == *nginx-light* ]]; then bash tests/webserver/stop-nginx-service.sh; fi; \
+		else echo "test-webserver needs$$missing (e.g. apt-get install$$missing)"; exit 1; fi; \
+	fi
 	go test -tags webserver -count=1 ./tests/webserver/
 
 .PHONY: golden
@@ -156,6 +162,16 @@ IMAGE_ARCHIVE  ?= dist/simplewebapp-operator-image-$(ARCH).oci.tar
 .PHONY: image
 image: ## Build IMG for linux/ARCH (default this machine's) without a container engine: an OCI archive, IMAGE_ARCHIVE (dist/simplewebapp-operator-image-<arch>.oci.tar), reproducible; prints its digest.
 	go run ./hack/image -arch $(ARCH) -image $(IMG) -o $(IMAGE_ARCHIVE)
+
+# make web-image: the local stand-in of the packages' default web image
+# (docker.io/nginxinc/nginx-unprivileged:1.27.4-alpine, by that name), built
+# from this machine's Debian nginx, for nodes that reach no registry: `ctr -n
+# k8s.io images import` it. Not part of make image, which needs no nginx.
+WEB_IMAGE_ARCHIVE ?= dist/web-standin-$(shell go env GOHOSTARCH).oci.tar
+
+.PHONY: web-image
+web-image: ## Build the stand-in of the packages' web image from Debian's nginx (apt-get install nginx-light) for this machine's arch: an OCI archive, WEB_IMAGE_ARCHIVE (dist/web-standin-<arch>.oci.tar), reproducible; prints its digest.
+	go run ./hack/image -web-standin -o $(WEB_IMAGE_ARCHIVE)
 
 .PHONY: docker-push
 docker-push: ## Push the image IMG.

@@ -4,6 +4,7 @@
 // `make image`, on machines and CI runners that have none.
 //
 //	go run ./hack/image [-arch amd64] [-image simplewebapp-operator:<VERSION>] [-o dist/...oci.tar] [-bin DIR]
+//	go run ./hack/image -web-standin [-o dist/web-standin-<arch>.oci.tar]
 //
 // The image is the Dockerfile's final stage without the distroless base
 // image: the binaries of hack/build.sh (GOOS=linux, GOARCH=-arch) at
@@ -13,6 +14,10 @@
 // time in it is SOURCE_DATE_EPOCH, by default the commit time of HEAD, so
 // two builds of one commit are the same image, to the digest, which it
 // prints on stdout.
+//
+// With -web-standin it builds instead a local stand-in of the web server
+// image the packages run, from this machine's Debian nginx (standin.go), for
+// clusters that reach no registry.
 package main
 
 import (
@@ -89,6 +94,7 @@ func main() {
 	image := flag.String("image", "", "the image's name, in the archive's org.opencontainers.image.ref.name (default "+imageName+":<VERSION>, the Makefile's IMG)")
 	out := flag.String("o", "", "the OCI archive to write (default dist/"+imageName+"-image-<arch>.oci.tar)")
 	bin := flag.String("bin", "", "take the binaries from `DIR`, where hack/build.sh of this checkout wrote them for linux/<arch>, instead of running it")
+	web := flag.Bool("web-standin", false, "build instead the local stand-in of the packages' web server image ("+webImage+") from this machine's Debian nginx: -image defaults to that name, -o to dist/"+webArchivePrefix+"<arch>.oci.tar")
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./hack/image [flags]\n\nBuilds the operator image as an OCI archive from hack/build.sh's binaries, without a container engine, and prints its digest.\nSOURCE_DATE_EPOCH (default: the commit time of HEAD) sets every time in it; VERSION and REVISION as for hack/build.sh.\n\n")
 		flag.PrintDefaults()
@@ -97,6 +103,14 @@ func main() {
 	if flag.NArg() != 0 {
 		flag.Usage()
 		os.Exit(2)
+	}
+	run := run
+	if *web {
+		if *bin != "" {
+			fmt.Fprintln(os.Stderr, "image: -bin is for the operator image, not -web-standin")
+			os.Exit(2)
+		}
+		run = func(arch, image, out, _ string) error { return runWebStandin(arch, image, out) }
 	}
 	if err := run(*arch, *image, *out, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "image:", err)
@@ -174,14 +188,7 @@ func run(arch, image, out, bin string) error {
 	if err != nil {
 		return err
 	}
-	archive, err := ociArchive(img, ref, image, epoch)
-	if err != nil {
-		return err
-	}
-	if err := writeFile(out, archive); err != nil {
-		return err
-	}
-	digest, err := img.Digest()
+	digest, err := writeArchive(out, img, ref, image, epoch, nil)
 	if err != nil {
 		return err
 	}
@@ -267,12 +274,13 @@ func checkBinary(data []byte, arch string) error {
 	return nil
 }
 
-// entry is one file or directory of the layer.
+// entry is one file, directory or symbolic link of the layer.
 type entry struct {
 	name     string // without a leading "/"; directories end in "/"
 	mode     int64
 	uid, gid int
 	data     []byte
+	link     string // a symbolic link's target
 }
 
 // layerEntries is the image's file system, in tar order (parents first).
@@ -298,15 +306,58 @@ func layerEntries(bins map[string][]byte) []entry {
 // build assembles the image: one layer, the config of the Dockerfile's
 // final stage plus the OCI version and revision labels.
 func build(bins map[string][]byte, arch, version, revision string, epoch time.Time) (v1.Image, error) {
+	return oneLayerImage(layerEntries(bins), arch, epoch,
+		"hack/image: "+strings.Join(binaries, ", ")+" (hack/build.sh), /etc/passwd, /etc/group, /root, /home/nonroot, /tmp",
+		v1.Config{
+			User:       fmt.Sprintf("%d:%d", nonroot, nonroot),
+			Entrypoint: []string{"/simplewebapp-operator"},
+			WorkingDir: workingDir,
+			Env:        []string{envPATH},
+			Labels: map[string]string{
+				"org.opencontainers.image.version":  version,
+				"org.opencontainers.image.revision": revision,
+			},
+		})
+}
+
+// oneLayerImage is an OCI image for linux/arch of es as its one layer and
+// the config c, created at epoch.
+func oneLayerImage(es []entry, arch string, epoch time.Time, createdBy string, c v1.Config) (v1.Image, error) {
+	layer, err := layerOf(es, epoch)
+	if err != nil {
+		return nil, err
+	}
+	created := v1.Time{Time: epoch}
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err = mutate.Append(img, mutate.Addendum{Layer: layer, History: v1.History{Created: created, CreatedBy: createdBy}})
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.Created = created
+	cf.OS, cf.Architecture, cf.Variant = "linux", arch, arches[arch].variant
+	cf.Config = c
+	return mutate.ConfigFile(img, cf)
+}
+
+// layerOf is the gzipped tar of es, in their order, every time epoch.
+func layerOf(es []entry, epoch time.Time) (v1.Layer, error) {
 	var raw bytes.Buffer
 	tw := tar.NewWriter(&raw)
-	for _, e := range layerEntries(bins) {
+	for _, e := range es {
 		h := &tar.Header{
 			Name: e.name, Mode: e.mode, Uid: e.uid, Gid: e.gid, ModTime: epoch,
 			Typeflag: tar.TypeReg, Size: int64(len(e.data)), Format: tar.FormatPAX,
 		}
-		if strings.HasSuffix(e.name, "/") {
+		switch {
+		case strings.HasSuffix(e.name, "/"):
 			h.Typeflag, h.Size = tar.TypeDir, 0
+		case e.link != "":
+			h.Typeflag, h.Size, h.Linkname = tar.TypeSymlink, 0, e.link
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err
@@ -331,46 +382,15 @@ func build(bins map[string][]byte, arch, version, revision string, epoch time.Ti
 	if err := zw.Close(); err != nil {
 		return nil, err
 	}
-	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(gz.Bytes())), nil
 	}, tarball.WithMediaType(types.OCILayer))
-	if err != nil {
-		return nil, err
-	}
-
-	created := v1.Time{Time: epoch}
-	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err = mutate.Append(img, mutate.Addendum{Layer: layer, History: v1.History{
-		Created:   created,
-		CreatedBy: "hack/image: " + strings.Join(binaries, ", ") + " (hack/build.sh), /etc/passwd, /etc/group, /root, /home/nonroot, /tmp",
-	}})
-	if err != nil {
-		return nil, err
-	}
-	cf, err := img.ConfigFile()
-	if err != nil {
-		return nil, err
-	}
-	cf = cf.DeepCopy()
-	cf.Created = created
-	cf.OS, cf.Architecture, cf.Variant = "linux", arch, arches[arch].variant
-	cf.Config = v1.Config{
-		User:       fmt.Sprintf("%d:%d", nonroot, nonroot),
-		Entrypoint: []string{"/simplewebapp-operator"},
-		WorkingDir: workingDir,
-		Env:        []string{envPATH},
-		Labels: map[string]string{
-			"org.opencontainers.image.version":  version,
-			"org.opencontainers.image.revision": revision,
-		},
-	}
-	return mutate.ConfigFile(img, cf)
 }
 
 // ociArchive is an OCI image layout holding img, in a tar: oci-layout,
 // index.json naming img, the blobs. Every header has the same time and
 // owner, so the bytes depend on the image only.
-func ociArchive(img v1.Image, ref name.Tag, image string, epoch time.Time) ([]byte, error) {
+func ociArchive(img v1.Image, ref name.Tag, image string, epoch time.Time, annotations map[string]string) ([]byte, error) {
 	digest, err := img.Digest()
 	if err != nil {
 		return nil, err
@@ -388,12 +408,16 @@ func ociArchive(img v1.Image, ref name.Tag, image string, epoch time.Time) ([]by
 	if registry == name.DefaultRegistry {
 		registry = "docker.io"
 	}
+	ann := map[string]string{
+		"org.opencontainers.image.ref.name": image,
+		"io.containerd.image.name":          registry + "/" + ref.RepositoryStr() + ":" + ref.TagStr(),
+	}
+	for k, v := range annotations {
+		ann[k] = v
+	}
 	idx := mutate.AppendManifests(empty.Index, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{
-		Platform: cf.Platform(),
-		Annotations: map[string]string{
-			"org.opencontainers.image.ref.name": image,
-			"io.containerd.image.name":          registry + "/" + ref.RepositoryStr() + ":" + ref.TagStr(),
-		},
+		Platform:    cf.Platform(),
+		Annotations: ann,
 	}})
 	index, err := idx.RawManifest()
 	if err != nil {
@@ -480,6 +504,19 @@ func ociArchive(img v1.Image, ref name.Tag, image string, epoch time.Time) ([]by
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// writeArchive writes img to out as an OCI archive (ociArchive) and
+// returns its digest.
+func writeArchive(out string, img v1.Image, ref name.Tag, image string, epoch time.Time, annotations map[string]string) (v1.Hash, error) {
+	archive, err := ociArchive(img, ref, image, epoch, annotations)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	if err := writeFile(out, archive); err != nil {
+		return v1.Hash{}, err
+	}
+	return img.Digest()
 }
 
 // writeFile replaces path with data in one rename: a failed build leaves

@@ -40,29 +40,7 @@ func TestMessageIsServedAsText(t *testing.T) {
 	}
 	for _, version := range testkit.Versions(t) {
 		t.Run(version, func(t *testing.T) {
-			swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo"},
-				Spec: webappv1.SimpleWebAppSpec{Message: hostile, Version: version}}
-			rel, err := render.Channels{FS: channels.FS}.Resolve(context.Background(), swa.Spec)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rendered, err := render.Render(rel, swa)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var conf, message string
-			for _, o := range rendered.Objects {
-				data, _, _ := unstructuredStrings(o.Object, "data")
-				if c, ok := data["default.conf"]; ok {
-					conf = c
-				}
-				if m, ok := data["message"]; ok {
-					message = m
-				}
-			}
-			if conf == "" || message != hostile {
-				t.Fatalf("render lacks the nginx config or the message (%q)", message)
-			}
+			conf, message := renderWeb(t, version, hostile)
 			base := serve(t, nginx, conf, message)
 
 			resp := get(t, base+"/")
@@ -84,6 +62,37 @@ func TestMessageIsServedAsText(t *testing.T) {
 			}
 		})
 	}
+}
+
+// renderWeb renders a SimpleWebApp of the package version with the message
+// and returns its ConfigMaps' data: the server block (web-nginx's
+// default.conf, mounted at /etc/nginx/conf.d) and the message (web-content's
+// message, mounted at /usr/share/nginx/content).
+func renderWeb(t *testing.T, version, msg string) (conf, message string) {
+	t.Helper()
+	swa := &webappv1.SimpleWebApp{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "demo"},
+		Spec: webappv1.SimpleWebAppSpec{Message: msg, Version: version}}
+	rel, err := render.Channels{FS: channels.FS}.Resolve(context.Background(), swa.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rendered, err := render.Render(rel, swa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range rendered.Objects {
+		data, _, _ := unstructuredStrings(o.Object, "data")
+		if c, ok := data["default.conf"]; ok {
+			conf = c
+		}
+		if m, ok := data["message"]; ok {
+			message = m
+		}
+	}
+	if conf == "" || message != msg {
+		t.Fatalf("render lacks the nginx config or the message (%q)", message)
+	}
+	return conf, message
 }
 
 // serve runs nginx with the package's server block on a free loopback port
