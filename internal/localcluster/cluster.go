@@ -221,17 +221,27 @@ func (c *Cluster) Stop() error {
 
 func (c *Cluster) stop(removeDir bool) error {
 	var errs []error
+	var node *nodeTeardown
 	if c.nodeState != nil {
 		// First, while the kube-apiserver still runs: kubelet stops its pods.
-		if err := c.nodeTeardown().run(); err != nil {
-			errs = append(errs, err)
-		}
-		c.nodeState, c.Node = nil, nil
+		node = c.nodeTeardown()
+		node.stopProcesses()
 	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
+		t0 := time.Now()
 		if err := stopPID(c.procs[i].name, c.procs[i].pid, c.procs[i].done); err != nil {
 			errs = append(errs, err)
 		}
+		if d := time.Since(t0); d > time.Second {
+			fmt.Fprintf(c.log, "cluster: %s took %s to stop\n", c.procs[i].name, d.Round(time.Millisecond))
+		}
+	}
+	if node != nil {
+		// The host last: the kube-apiserver listened on the node's bridge.
+		if err := node.undoHost(); err != nil {
+			errs = append(errs, err)
+		}
+		c.nodeState, c.Node = nil, nil
 	}
 	if err := c.nodeLock.release(); err != nil {
 		errs = append(errs, err)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -90,6 +91,16 @@ func NodeBinDir() (string, error) {
 		return "", fmt.Errorf("%s --print: %w", script, err)
 	}
 	return lastLine(out), nil
+}
+
+// RealNodeStateDir returns the real node's state directory when the cluster
+// whose state is in clusterDir has the real node, else "".
+func RealNodeStateDir(clusterDir string) string {
+	owner, err := os.ReadFile(filepath.Join(nodeStateDir, "cluster-dir"))
+	if err != nil || strings.TrimSpace(string(owner)) != clusterDir {
+		return ""
+	}
+	return nodeStateDir
 }
 
 // nodeBinaries are what the real node runs, relative to NodeBinDir.

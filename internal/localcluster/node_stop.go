@@ -30,6 +30,10 @@ type nodeTeardown struct {
 	client kubernetes.Interface // nil: the API is not reachable
 	procs  map[string]*proc     // the node's components (done may be nil)
 	log    io.Writer
+
+	t0    time.Time
+	steps []string // "step duration", for the log
+	errs  []error
 }
 
 // nodeTeardown is the teardown of the cluster's real node.
@@ -52,20 +56,21 @@ func isNodeComponent(name string) bool {
 	return name == Containerd || name == Kubelet || name == KubeProxy
 }
 
-// stopNodeFromDir tears down the real node of the detached cluster in dir,
-// if it has one, from what is on disk: the node's state directory names the
-// cluster, pids the processes. It takes the node lock for the time of the
-// teardown, so that no other node starts while this one is half gone.
-func stopNodeFromDir(dir string, pids []NamedPID) error {
-	owner, err := os.ReadFile(filepath.Join(nodeStateDir, "cluster-dir"))
-	if err != nil || strings.TrimSpace(string(owner)) != dir {
-		return nil //nolint:nilerr // no real node of this cluster
+// stopNodeFromDir starts tearing down the real node of the detached cluster
+// in dir, if it has one, from what is on disk: the node's state directory
+// names the cluster, pids the processes. It takes the node lock for the
+// whole teardown, so that no other node starts while this one is half gone;
+// the returned func finishes the teardown once the control plane is
+// stopped, and lets go of the lock.
+func stopNodeFromDir(dir string, pids []NamedPID) (finish func() error, err error) {
+	if RealNodeStateDir(dir) == "" {
+		return func() error { return nil }, nil // no real node of this cluster
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	lock, err := acquireNodeLock(ctx, os.Stderr, dir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	binDir, _ := os.ReadFile(filepath.Join(nodeStateDir, "bin-dir"))
 	t := &nodeTeardown{
@@ -83,29 +88,33 @@ func stopNodeFromDir(dir string, pids []NamedPID) error {
 		cfg.Timeout = 10 * time.Second
 		t.client, _ = kubernetes.NewForConfig(cfg)
 	}
-	return errors.Join(t.run(), lock.release())
+	t.stopProcesses()
+	return func() error { return errors.Join(t.undoHost(), lock.release()) }, nil
 }
 
-// run tears the node down and then checks the host against the baseline
-// recorded at start; the error lists what is left. The state directory is
-// removed only when nothing is.
-func (t *nodeTeardown) run() error {
-	t0 := time.Now()
-	n := t.n
+// stopProcesses is the first half of a teardown, while the kube-apiserver
+// still runs: kubelet stops the pods, then kube-proxy (and its rules),
+// kubelet and containerd stop, whatever is left in the node's cgroups is
+// killed, the mounts under the state directory go and the Node object is
+// deleted.
+func (t *nodeTeardown) stopProcesses() {
+	t.t0 = time.Now()
+	ts := time.Now()
 	t.drainPods()
-	var errs []error
+	t.mark("pods", ts)
 	stop := func(name string) {
 		if p := t.procs[name]; p != nil {
 			if err := stopPID(p.name, p.pid, p.done); err != nil {
-				errs = append(errs, err)
+				t.errs = append(t.errs, err)
 			}
 		}
 	}
+	ts = time.Now()
 	if p := t.procs[KubeProxy]; p != nil {
 		stop(KubeProxy)
 		// Removes its nftables tables (and any iptables rules of other modes).
-		cmd := exec.Command(filepath.Join(n.BinDir, KubeProxy), "--cleanup")
-		if f, err := os.OpenFile(filepath.Join(n.clusterDir, "kube-proxy-cleanup.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
+		cmd := exec.Command(filepath.Join(t.n.BinDir, KubeProxy), "--cleanup")
+		if f, err := os.OpenFile(filepath.Join(t.n.clusterDir, "kube-proxy-cleanup.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {
 			cmd.Stdout, cmd.Stderr = f, f
 			defer f.Close()
 		}
@@ -113,41 +122,62 @@ func (t *nodeTeardown) run() error {
 			fmt.Fprintf(t.log, "cluster: kube-proxy --cleanup: %v\n", err)
 		}
 	}
+	t.mark("kube-proxy", ts)
+	ts = time.Now()
 	stop(Kubelet)
 	t.killTasks()
 	stop(Containerd)
+	t.mark("kubelet+containerd", ts)
+	ts = time.Now()
 	// Shims (and their containers) outlive containerd.
 	killCgroup(t.log)
-	unmountUnder(n.dir)
-	base, err := readBaseline(n.dir)
+	unmountUnder(t.n.dir)
+	t.mark("cgroup+mounts", ts)
+	if t.client != nil {
+		ts = time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = t.client.CoreV1().Nodes().Delete(ctx, t.n.Name, metav1.DeleteOptions{})
+		t.mark("node object", ts)
+	}
+}
+
+// undoHost is the second half, once the control plane is stopped too (its
+// kube-apiserver listens on the bridge): the network, sysctls, cgroups and
+// fixed paths are restored, and the host is checked against the baseline
+// recorded at start. The error lists what is left; the state directory is
+// removed only when nothing is.
+func (t *nodeTeardown) undoHost() error {
+	ts := time.Now()
+	base, err := readBaseline(t.n.dir)
 	if err != nil {
 		base = nil // the start failed before it was recorded: nothing of the host was changed
 	}
-	errs = append(errs, undoNetwork(t.log, base))
+	t.errs = append(t.errs, undoNetwork(t.log, base))
 	if base != nil {
 		for _, kv := range base.Sysctls {
 			if v, err := readSysctl(kv[0]); err == nil && v != kv[1] {
 				if err := writeSysctl(kv[0], kv[1]); err != nil {
-					errs = append(errs, fmt.Errorf("restore sysctl %s=%s: %w", kv[0], kv[1], err))
+					t.errs = append(t.errs, fmt.Errorf("restore sysctl %s=%s: %w", kv[0], kv[1], err))
 				}
 			}
 		}
 	}
 	removeNodeCgroups()
-	removeFixedPaths(n.dir, base)
-	if t.client != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = t.client.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{})
-	}
+	removeFixedPaths(t.n.dir, base)
+	t.mark("host", ts)
 	left := t.leftovers(base)
 	if len(left) > 0 {
-		errs = append(errs, fmt.Errorf("real node leftovers on the host (state kept in %s):\n  %s", n.dir, strings.Join(left, "\n  ")))
-	} else if err := os.RemoveAll(n.dir); err != nil {
-		errs = append(errs, err)
+		t.errs = append(t.errs, fmt.Errorf("real node leftovers on the host (state kept in %s):\n  %s", t.n.dir, strings.Join(left, "\n  ")))
+	} else if err := os.RemoveAll(t.n.dir); err != nil {
+		t.errs = append(t.errs, err)
 	}
-	fmt.Fprintf(t.log, "cluster: real node torn down in %s (%d leftovers)\n", since(t0), len(left))
-	return errors.Join(errs...)
+	fmt.Fprintf(t.log, "cluster: real node torn down in %s (%s; %d leftovers)\n", since(t.t0), strings.Join(t.steps, ", "), len(left))
+	return errors.Join(t.errs...)
+}
+
+func (t *nodeTeardown) mark(step string, since time.Time) {
+	t.steps = append(t.steps, fmt.Sprintf("%s %s", step, time.Since(since).Round(time.Millisecond)))
 }
 
 func (t *nodeTeardown) alive(name string) bool {

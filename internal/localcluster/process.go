@@ -258,14 +258,19 @@ func StopFromDir(dir string) error {
 		return err
 	}
 	var errs []error
-	// The real node first, while the kube-apiserver still runs.
-	if err := stopNodeFromDir(dir, pids); err != nil {
+	// The real node's processes first, while the kube-apiserver still runs;
+	// its host changes last (the kube-apiserver listens on its bridge).
+	finishNode, err := stopNodeFromDir(dir, pids)
+	if err != nil {
 		errs = append(errs, err)
 	}
 	for i := len(pids) - 1; i >= 0; i-- {
 		if err := stopPID(pids[i].Name, pids[i].PID, nil); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if finishNode != nil {
+		errs = append(errs, finishNode())
 	}
 	return errors.Join(errs...)
 }
