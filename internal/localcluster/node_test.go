@@ -289,3 +289,34 @@ func checkPodMetrics(t *testing.T, cs kubernetes.Interface, httpc *http.Client, 
 	})
 	t.Logf("pod CPU %s from the real kubelet, after %s", usage, time.Since(t0).Round(time.Millisecond))
 }
+
+// TestRealNodeFailedStartUndoesEverything makes Start fail half-way, with
+// the control plane, the bridge and containerd up (an image archive that
+// does not exist), and checks that the host is as before.
+func TestRealNodeFailedStartUndoesEverything(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("TestRealNodeFailedStartUndoesEverything needs root; the project's CI runs as root")
+	}
+	unlock, err := localcluster.LockRealNode(t.Context(), os.Stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := unlock(); err != nil {
+			t.Error(err)
+		}
+	}()
+	before := snapshotHost(t)
+	missing := filepath.Join(t.TempDir(), "missing.tar")
+	c, err := localcluster.Start(t.Context(), localcluster.Options{Profile: localcluster.ProfileNode, NodeImages: []string{missing}, LogWriter: os.Stderr})
+	if err == nil {
+		_ = c.Stop()
+		t.Fatal("Start with a missing image archive succeeded")
+	}
+	if !strings.Contains(err.Error(), missing) || strings.Contains(err.Error(), "leftovers") {
+		t.Errorf("Start error %v: want the missing archive named, and no leftovers", err)
+	}
+	if d := before.diff(snapshotHost(t)); len(d) > 0 {
+		t.Errorf("the host differs after the failed Start from before:\n  %s", strings.Join(d, "\n  "))
+	}
+}
