@@ -308,7 +308,9 @@ func TestRealNodeFailedStartUndoesEverything(t *testing.T) {
 	}()
 	before := snapshotHost(t)
 	missing := filepath.Join(t.TempDir(), "missing.tar")
-	c, err := localcluster.Start(t.Context(), localcluster.Options{Profile: localcluster.ProfileNode, NodeImages: []string{missing}, LogWriter: os.Stderr})
+	// A failed Start keeps its directory for the logs: the test's own.
+	c, err := localcluster.Start(t.Context(), localcluster.Options{Profile: localcluster.ProfileNode, NodeImages: []string{missing},
+		Dir: t.TempDir(), LogWriter: os.Stderr})
 	if err == nil {
 		_ = c.Stop()
 		t.Fatal("Start with a missing image archive succeeded")
