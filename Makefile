@@ -51,9 +51,16 @@ sync-version: ## Write VERSION into the chart (version, appVersion), config/mana
 	sed -i -E 's/^(var Operator = ).*/\1"$(VERSION)"/' internal/version/version.go
 
 .PHONY: tools
-tools: ## Build (or reuse from the cache) the local control plane binaries and metrics-server.
+tools: ## Build (or reuse from the cache) the local control plane binaries and metrics-server; as root also the real node's (profile node; installs Debian's libseccomp-dev nftables iptables if missing).
 	bash hack/tools/build.sh >/dev/null
 	bash hack/tools/build-metrics-server.sh >/dev/null
+	@if [ "$$(id -u)" = 0 ]; then \
+		if command -v apt-get >/dev/null && ! { pkg-config --exists libseccomp && command -v nft && command -v iptables-save; } >/dev/null 2>&1; then \
+			(apt-get install -y -qq --no-install-recommends libseccomp-dev nftables iptables >/dev/null 2>&1 || \
+			 (apt-get update -qq && apt-get install -y -qq --no-install-recommends libseccomp-dev nftables iptables >/dev/null)); \
+		fi; \
+		bash hack/tools/build-node.sh >/dev/null; \
+	else echo "note: not root: the real node's binaries (profile node, docs/real-node.md) are not built; its tests need root"; fi
 
 .PHONY: test
 test: tools ## Run every test: unit, golden, integration (envtest) and end to end (full local cluster).
@@ -100,7 +107,13 @@ bench: tools ## Measure the operator against a bare SSA client on fresh local cl
 ##@ Local cluster
 
 .PHONY: cluster-up
-# CLUSTER_UP_FLAGS: more flags of `localcluster up`, e.g. --metrics (metrics-server, for HPAs); AUDIT=1 adds --audit-log.
+# CLUSTER_UP_FLAGS: more flags of `localcluster up` (go run ./hack/localcluster up -h), e.g.
+#   --metrics                 metrics-server, for HPAs
+#   --nodes N                 N kwok nodes (default 3)
+#   --profile node            as root: a real node (kubelet, containerd, CNI, kube-proxy) and no kwok nodes,
+#                             so pods really run (docs/real-node.md); add --nodes N for kwok nodes too
+#   --node-image ARCHIVE      profile node: an OCI image archive to import into the real node (repeatable)
+# AUDIT=1 adds --audit-log.
 CLUSTER_UP_FLAGS ?=
 cluster-up: tools ## Start the local full control plane (etcd, apiserver, controller-manager, scheduler, kwok nodes); CLUSTER_UP_FLAGS=--metrics adds metrics-server, AUDIT=1 an audit log of every write.
 	SWA_BIN_DIR=$(TOOLS_BIN) go run ./hack/localcluster up $(CLUSTER_UP_FLAGS) $(if $(filter 1,$(AUDIT)),--audit-log)

@@ -1,10 +1,11 @@
 // Command localcluster runs the local control plane of internal/localcluster outside
 // of tests, for manual work with kubectl:
 //
-//	localcluster up [--profile full|api] [--nodes 3]  start it detached, print the kubeconfig path
+//	localcluster up [--profile full|api|node] [--nodes N]  start it detached, print the kubeconfig path
 //	                [--metrics]                       with metrics-server: HPAs scale on kwok's emulated CPU use
 //	                [--audit-log]                     the API server logs every write to <state>/audit.log (Metadata level)
-//	localcluster down                                 stop it and remove its state
+//	                [--node-image ARCHIVE]...         profile node: OCI archives to import into the real node
+//	localcluster down                                 stop it (and its real node) and remove its state
 //	localcluster status                               tell whether it is up (exit 3 when down)
 //	localcluster kubeconfig                           print the kubeconfig path
 //
@@ -12,6 +13,12 @@
 // ${XDG_CACHE_HOME:-$HOME/.cache}/simplewebapp-operator/local-cluster/kubeconfig,
 // next to a file "state-dir" that names the cluster's state directory (with
 // its pids file and component logs).
+//
+// Profile node (root only) adds a real node, swa-real-node: kubelet,
+// containerd, CNI and kube-proxy on this machine (docs/real-node.md). With
+// --nodes 0, its default, it is the only node and the cluster's pods run
+// there for real. Not root, or no node binaries (make tools as root): it
+// says so and starts profile full with 3 kwok nodes.
 package main
 
 import (
@@ -57,7 +64,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: localcluster up [--profile full|api] [--nodes N] [--metrics] [--audit-log] | down | status | kubeconfig")
+	fmt.Fprintln(os.Stderr, "usage: localcluster up [--profile full|api|node] [--nodes N] [--metrics] [--audit-log] [--node-image ARCHIVE]... | down | status | kubeconfig")
 	os.Exit(2)
 }
 
@@ -94,8 +101,13 @@ func alive(dir string) []localcluster.NamedPID {
 
 func up(args []string) error {
 	fl := flag.NewFlagSet("up", flag.ExitOnError)
-	profile := fl.String("profile", localcluster.ProfileFull, "full (controllers, scheduler, kwok nodes) or api (etcd + apiserver)")
-	nodes := fl.Int("nodes", 3, "number of kwok nodes (profile full)")
+	profile := fl.String("profile", localcluster.ProfileFull, "full (controllers, scheduler, kwok nodes), api (etcd + apiserver) or node (full + a real node; root)")
+	nodes := fl.Int("nodes", -1, "number of kwok nodes (default 3; profile node: 0)")
+	var nodeImages []string
+	fl.Func("node-image", "profile node: an OCI image archive to import into the real node's containerd (repeatable)", func(s string) error {
+		nodeImages = append(nodeImages, s)
+		return nil
+	})
 	metrics := fl.Bool("metrics", false, "run metrics-server (profile full): HorizontalPodAutoscalers scale on the CPU use set by the pod annotation "+localcluster.UsageCPUAnnotation)
 	audit := fl.Bool("audit-log", false, "the API server writes every write request (Metadata level) to audit.log in the state directory")
 	_ = fl.Parse(args)
@@ -129,6 +141,7 @@ func up(args []string) error {
 	defer cancel()
 	c, err := localcluster.Start(ctx, localcluster.Options{
 		Profile: *profile, Nodes: *nodes, Metrics: *metrics, Dir: dir, Detach: true, LogWriter: os.Stderr, AuditLog: *audit,
+		NodeImages: nodeImages,
 	})
 	if err != nil {
 		// Start stopped what it had started. Keep the logs in dir for a look,
@@ -148,7 +161,11 @@ func up(args []string) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "local cluster (%s) up: /readyz after %s, ready after %s; logs in %s\n",
-		*profile, c.ReadyzAfter.Round(time.Millisecond), c.ReadyAfter.Round(time.Millisecond), dir)
+		c.Profile, c.ReadyzAfter.Round(time.Millisecond), c.ReadyAfter.Round(time.Millisecond), dir)
+	if c.Node != nil {
+		fmt.Fprintf(os.Stderr, "real node %s (%s): image %s; 'localcluster down' tears it down\n",
+			c.Node.Name, c.Node.IP, localcluster.RealNodeTestImage)
+	}
 	if *audit {
 		fmt.Fprintf(os.Stderr, "audit log: %s\n", c.AuditLogPath())
 	}
@@ -219,5 +236,8 @@ func status() error {
 		}
 	}
 	fmt.Printf("up (%s): %v\nkubeconfig: %s\nstate: %s\n", health, running, kubeconfig, dir)
+	if nodeDir := localcluster.RealNodeStateDir(dir); nodeDir != "" {
+		fmt.Printf("real node: %s (state %s)\n", localcluster.RealNodeName, nodeDir)
+	}
 	return nil
 }

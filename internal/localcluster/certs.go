@@ -39,7 +39,9 @@ type pki struct {
 }
 
 // newPKI generates the CA and all certificates and writes them to dir.
-func newPKI(dir string) (*pki, error) {
+// apiserverIPs are more addresses of kube-apiserver's serving certificate
+// (the real node's bridge, where it listens in ProfileNode).
+func newPKI(dir string, apiserverIPs ...net.IP) (*pki, error) {
 	ca, err := newCert(dir, "ca", nil, &x509.Certificate{
 		Subject:               pkix.Name{CommonName: "simplewebapp-local-ca"},
 		IsCA:                  true,
@@ -68,7 +70,7 @@ func newPKI(dir string) (*pki, error) {
 	}
 	// 10.0.0.1 is the first address of --service-cluster-ip-range: the
 	// in-cluster "kubernetes" Service (data only; nothing listens there).
-	if p.apiserver, err = serving("apiserver", "kube-apiserver", []net.IP{net.IPv4(10, 0, 0, 1)},
+	if p.apiserver, err = serving("apiserver", "kube-apiserver", append([]net.IP{net.IPv4(10, 0, 0, 1)}, apiserverIPs...),
 		"kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"); err != nil {
 		return nil, err
 	}
@@ -111,6 +113,44 @@ func newPKI(dir string) (*pki, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// nodePKI are the real node's credentials, signed by the cluster CA.
+type nodePKI struct {
+	caFile    string
+	kubelet   *keyPair // client: the Node authorizer's system:node:<name> in system:nodes
+	serving   *keyPair // kubelet's serving certificate for the node IP (metrics-server verifies it)
+	kubeProxy *keyPair // client: system:kube-proxy, bound to system:node-proxier by default RBAC
+}
+
+// newNodePKI generates the real node's certificates into dir.
+func newNodePKI(dir string, ca *keyPair) (*nodePKI, error) {
+	np := &nodePKI{caFile: ca.certFile}
+	var err error
+	if np.kubelet, err = newCert(dir, "kubelet-client", ca, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "system:node:" + RealNodeName, Organization: []string{"system:nodes"}},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return nil, err
+	}
+	if np.serving, err = newCert(dir, "kubelet-serving", ca, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: RealNodeName},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    []string{RealNodeName},
+		IPAddresses: []net.IP{net.ParseIP(nodeIP)},
+	}); err != nil {
+		return nil, err
+	}
+	if np.kubeProxy, err = newCert(dir, "kube-proxy-client", ca, &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "system:kube-proxy"},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		return nil, err
+	}
+	return np, nil
 }
 
 // The kube-apiserver proxies metrics.k8s.io to metrics-server (API

@@ -1,8 +1,11 @@
 // Package localcluster starts a local Kubernetes control plane for tests and for
 // manual runs: etcd and kube-apiserver (profile "api"), plus
 // kube-controller-manager, kube-scheduler and kwok with fake nodes (profile
-// "full"). Everything listens on free loopback ports only, with real TLS and
-// RBAC, and logs to <Dir>/<component>.log.
+// "full"), plus one real node: kubelet, containerd, CNI and kube-proxy on
+// this machine (profile "node", root only; node*.go and docs/real-node.md).
+// Everything listens on free loopback ports only (profile node: the
+// kube-apiserver on the node's bridge address), with real TLS and RBAC, and
+// logs to <Dir>/<component>.log.
 package localcluster
 
 import (
@@ -10,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -42,6 +46,8 @@ type Cluster struct {
 	PIDs       map[string]int // component name -> pid
 	// Time from Start to kube-apiserver /readyz, and to fully ready.
 	ReadyzAfter, ReadyAfter time.Duration
+	// Node is the real node; nil unless one runs (ProfileNode as root).
+	Node *RealNode
 
 	procs   []*proc // start order
 	restCfg *rest.Config
@@ -56,6 +62,10 @@ type Cluster struct {
 	ready    map[string]func(context.Context) bool
 	// extraArgs are appended to a component's own flags (componentFlags).
 	extraArgs map[string][]string
+	// nodeState is the real node being started or running (set before
+	// anything of the host is changed, for the teardown); nodeLock its lock.
+	nodeState *RealNode
+	nodeLock  *nodeLock
 }
 
 // RESTConfig returns a copy of the admin client configuration.
@@ -64,6 +74,7 @@ func (c *Cluster) RESTConfig() *rest.Config { return rest.CopyConfig(c.restCfg) 
 // Start starts a cluster and waits until it is ready. On error everything it
 // started is stopped again.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	opts = realNodeOrFallback(opts)
 	// Free ports are found by listening on :0 and closing, so another process
 	// (a test package starting its own cluster in parallel) can take one
 	// before a component binds it. Then start again with new ports.
@@ -96,7 +107,17 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}()
 
-	pki, err := newPKI(c.Dir)
+	host := "127.0.0.1"
+	var apiserverIPs []net.IP
+	if opts.Profile == ProfileNode {
+		// The bridge must exist before the kube-apiserver listens on it.
+		if err := c.prepareNode(ctx, opts); err != nil {
+			return nil, err
+		}
+		host = nodeIP
+		apiserverIPs = append(apiserverIPs, net.ParseIP(nodeIP))
+	}
+	pki, err := newPKI(c.Dir, apiserverIPs...)
 	if err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
@@ -110,7 +131,7 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	server := "https://127.0.0.1:" + strconv.Itoa(ports.apiServer)
+	server := "https://" + net.JoinHostPort(host, strconv.Itoa(ports.apiServer))
 	c.restCfg = adminRESTConfig(server, pki)
 	if err := c.writeKubeconfigs(server, pki); err != nil {
 		return nil, err
@@ -135,9 +156,22 @@ func start(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Profile == ProfileFull {
+	if opts.Profile == ProfileFull || opts.Profile == ProfileNode {
 		if err := c.startFull(ctx, opts, pki, mpki, client, https, ports); err != nil {
 			return nil, err
+		}
+	}
+	if opts.Profile == ProfileNode {
+		if err := c.startNode(ctx, opts, pki, client); err != nil {
+			return nil, err
+		}
+		if c.detach {
+			// The node outlives this process: the lock becomes an owner
+			// record naming its processes (node_lock.go).
+			if err := c.nodeLock.detach(c.Dir, c.PIDs); err != nil {
+				return nil, err
+			}
+			c.nodeLock = nil
 		}
 	}
 	c.ReadyAfter = time.Since(t0)
@@ -187,11 +221,32 @@ func (c *Cluster) Stop() error {
 
 func (c *Cluster) stop(removeDir bool) error {
 	var errs []error
+	var node *nodeTeardown
+	if c.nodeState != nil {
+		// First, while the kube-apiserver still runs: kubelet stops its pods.
+		node = c.nodeTeardown()
+		node.stopProcesses()
+	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
+		t0 := time.Now()
 		if err := stopPID(c.procs[i].name, c.procs[i].pid, c.procs[i].done); err != nil {
 			errs = append(errs, err)
 		}
+		if d := time.Since(t0); d > time.Second {
+			fmt.Fprintf(c.log, "cluster: %s took %s to stop\n", c.procs[i].name, d.Round(time.Millisecond))
+		}
 	}
+	if node != nil {
+		// The host last: the kube-apiserver listened on the node's bridge.
+		if err := node.undoHost(); err != nil {
+			errs = append(errs, err)
+		}
+		c.nodeState, c.Node = nil, nil
+	}
+	if err := c.nodeLock.release(); err != nil {
+		errs = append(errs, err)
+	}
+	c.nodeLock = nil
 	// Keep a failed start's logs for inspection; the error names the dir.
 	if removeDir && c.tempDir && len(errs) == 0 {
 		if err := os.RemoveAll(c.Dir); err != nil {

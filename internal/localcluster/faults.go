@@ -23,7 +23,7 @@ func (c *Cluster) Restart(ctx context.Context, component string) (time.Duration,
 	if err := stopPID(p.name, p.pid, p.done); err != nil {
 		return 0, fmt.Errorf("restart %s: %w", component, err)
 	}
-	np, err := startProc(c.Dir, c.binDir, p.name, c.detach, p.args)
+	np, err := startProcSpec(c.Dir, p, c.detach)
 	if err != nil {
 		return 0, err
 	}

@@ -61,6 +61,11 @@ func (c *Cluster) startKwok(opts Options, pki *pki, metrics bool, port int) erro
 	}
 	if metrics {
 		args = append(args, kwokMetricsArgs(pki)...)
+		if opts.Profile == ProfileNode {
+			// metrics-server then takes each node's port from its status
+			// (the real kubelet's differs): kwok's nodes report kwok's.
+			args = append(args, "--node-port="+strconv.Itoa(port))
+		}
 	}
 	return c.startComponent(Kwok, args...)
 }

@@ -45,8 +45,8 @@ const metricsAPIService = "v1beta1.metrics.k8s.io"
 // metrics.k8s.io/v1beta1 API, and waits until the kube-apiserver serves that
 // API.
 func (c *Cluster) startMetricsServer(ctx context.Context, opts Options, p *pki, m *metricsPKI,
-	client kubernetes.Interface, kwokPort int) error {
-	port, err := c.startMetricsServerProcess(opts.BinDir, p, m, kwokPort)
+	client kubernetes.Interface, kwokPort int, realNode bool) error {
+	port, err := c.startMetricsServerProcess(opts.BinDir, p, m, kwokPort, realNode)
 	if err != nil {
 		return err
 	}
@@ -72,8 +72,10 @@ func (c *Cluster) startMetricsServer(ctx context.Context, opts Options, p *pki, 
 }
 
 // startMetricsServerProcess starts the metrics-server binary from binDir on a
-// free port, scraping kwok at kwokPort, and returns that port.
-func (c *Cluster) startMetricsServerProcess(binDir string, p *pki, m *metricsPKI, kwokPort int) (int, error) {
+// free port, scraping kwok at kwokPort, and returns that port. With a real
+// node it scrapes each node at the port in its status: the real kubelet's,
+// and kwok's (kwok --node-port) for the fake nodes.
+func (c *Cluster) startMetricsServerProcess(binDir string, p *pki, m *metricsPKI, kwokPort int, realNode bool) (int, error) {
 	if _, err := os.Stat(filepath.Join(binDir, MetricsServer)); err != nil {
 		return 0, fmt.Errorf("Options.Metrics needs %s in %s, built by hack/tools/build-metrics-server.sh (make tools): %w",
 			MetricsServer, binDir, err)
@@ -87,14 +89,19 @@ func (c *Cluster) startMetricsServerProcess(binDir string, p *pki, m *metricsPKI
 	if err := writeKubeconfig(kubeconfig, c.restCfg.Host, p.ca, m.client); err != nil {
 		return 0, err
 	}
+	kubeletPort := "--kubelet-port=" + strconv.Itoa(kwokPort)
+	if realNode {
+		kubeletPort = "--kubelet-use-node-status-port"
+	}
 	if err := c.startComponent(MetricsServer,
 		"--kubeconfig="+kubeconfig,
 		"--authentication-kubeconfig="+kubeconfig, "--authorization-kubeconfig="+kubeconfig,
 		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(port),
 		"--tls-cert-file="+m.serving.certFile, "--tls-private-key-file="+m.serving.keyFile,
-		// kwok is every node's kubelet: nodes have InternalIP 127.0.0.1 and
-		// the metrics path annotation; its certificate is the cluster CA's.
-		"--kubelet-port="+strconv.Itoa(kwokPort),
+		// kwok is every fake node's kubelet: nodes have InternalIP 127.0.0.1
+		// and the metrics path annotation; its certificate is the cluster
+		// CA's, as is the real kubelet's (for the node IP).
+		kubeletPort,
 		"--kubelet-preferred-address-types=InternalIP",
 		"--kubelet-certificate-authority="+p.ca.certFile,
 		"--metric-resolution="+MetricResolution.String(),

@@ -9,9 +9,11 @@ import (
 
 // Options configure Start.
 type Options struct {
-	Profile string // ProfileAPI or ProfileFull (default)
-	Nodes   int    // fake nodes for ProfileFull; default 3
-	BinDir  string // default BinDir()
+	Profile string // ProfileAPI, ProfileFull (default) or ProfileNode
+	// Nodes is the number of kwok (fake) nodes: default 3 for ProfileFull,
+	// 0 for ProfileNode (then the real node is the only one, and untainted).
+	Nodes  int
+	BinDir string // default BinDir()
 	// Dir holds certificates, kubeconfigs, logs, etcd data and the pids
 	// file. Default: a new temporary directory, removed by Stop.
 	Dir string
@@ -56,6 +58,12 @@ type Options struct {
 	// and 100).
 	SchedulerQPS   float32
 	SchedulerBurst int
+	// NodeBinDir: the real node's binaries; default NodeBinDir()
+	// (hack/tools/build-node.sh --print).
+	NodeBinDir string
+	// NodeImages: OCI image archives imported into the real node's
+	// containerd at start, besides the pause and test images.
+	NodeImages []string
 	// APIServerArgs are more kube-apiserver flags, e.g. an audit policy
 	// (hack/bench counts requests by user from the audit log).
 	APIServerArgs []string
@@ -71,14 +79,23 @@ func withDefaults(opts Options) (Options, error) {
 	if opts.Profile == "" {
 		opts.Profile = ProfileFull
 	}
-	if opts.Profile != ProfileAPI && opts.Profile != ProfileFull {
-		return opts, fmt.Errorf("unknown profile %q (want %q or %q)", opts.Profile, ProfileAPI, ProfileFull)
+	if opts.Profile != ProfileAPI && opts.Profile != ProfileFull && opts.Profile != ProfileNode {
+		return opts, fmt.Errorf("unknown profile %q (want %q, %q or %q)", opts.Profile, ProfileAPI, ProfileFull, ProfileNode)
 	}
-	if opts.Metrics && opts.Profile != ProfileFull {
-		return opts, fmt.Errorf("Options.Metrics needs profile %q (kwok, controllers)", ProfileFull)
+	if opts.Metrics && opts.Profile == ProfileAPI {
+		return opts, fmt.Errorf("Options.Metrics needs profile %q or %q (controllers, nodes)", ProfileFull, ProfileNode)
 	}
-	if opts.Nodes <= 0 {
+	switch {
+	case opts.Profile == ProfileNode && opts.Nodes < 0:
+		opts.Nodes = 0
+	case opts.Profile != ProfileNode && opts.Nodes <= 0:
 		opts.Nodes = 3
+	}
+	if opts.Profile == ProfileNode && opts.NodeBinDir == "" {
+		var err error
+		if opts.NodeBinDir, err = NodeBinDir(); err != nil {
+			return opts, err
+		}
 	}
 	if opts.ServiceCIDR == "" {
 		opts.ServiceCIDR = DefaultServiceCIDR

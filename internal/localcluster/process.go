@@ -21,22 +21,34 @@ const (
 
 // proc is one started component.
 type proc struct {
-	name string // also the binary name and the log file name
+	name string // also the log file name
 	pid  int
+	bin  string        // path of the binary
 	args []string      // its flags, to start it again (Cluster.Restart)
+	env  []string      // nil: ours
 	done chan struct{} // closed once the child has been reaped
+	// cgroup, when set, is a cgroup path (relative to each hierarchy's root)
+	// that the process runs in (the real node's).
+	cgroup string
 }
 
 // startProc starts binDir/name with args, logging to dir/name.log.
 func startProc(dir, binDir, name string, detach bool, args []string) (*proc, error) {
-	logf, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	return startProcSpec(dir, &proc{name: name, bin: filepath.Join(binDir, name), args: args}, detach)
+}
+
+// startProcSpec starts the process that spec describes (name, bin, args,
+// env, cgroup), logging to dir/<name>.log, and returns it as a new proc.
+func startProcSpec(dir string, spec *proc, detach bool) (*proc, error) {
+	logf, err := os.OpenFile(filepath.Join(dir, spec.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	// The child gets the file descriptor itself; our copy can go right away.
 	defer logf.Close()
-	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	cmd := exec.Command(spec.bin, spec.args...)
 	cmd.Dir = dir
+	cmd.Env = spec.env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if detach {
 		// Own process group: a Ctrl-C in the terminal that ran "localcluster
@@ -46,14 +58,29 @@ func startProc(dir, binDir, name string, detach bool, args []string) (*proc, err
 		// A crashed or killed test binary leaves nothing behind.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+	if spec.cgroup != "" {
+		closeFD, err := cloneIntoCgroup(cmd.SysProcAttr, spec.cgroup)
+		if err != nil {
+			return nil, err
+		}
+		defer closeFD()
 	}
-	p := &proc{name: name, pid: cmd.Process.Pid, args: args, done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", spec.name, err)
+	}
+	p := &proc{name: spec.name, pid: cmd.Process.Pid, bin: spec.bin, args: spec.args, env: spec.env,
+		cgroup: spec.cgroup, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait() // reap, so that a stopped child is really gone
 		close(p.done)
 	}()
+	if spec.cgroup != "" {
+		if err := moveToV1Cgroups(p.pid, spec.cgroup); err != nil {
+			_ = cmd.Process.Kill()
+			<-p.done
+			return nil, fmt.Errorf("start %s: %w", spec.name, err)
+		}
+	}
 	return p, nil
 }
 
@@ -223,17 +250,27 @@ func waitGone(gone func() bool, d time.Duration) bool {
 }
 
 // StopFromDir stops every component recorded in dir/pids (last started first,
-// so etcd goes last) and verifies each is gone. It does not remove dir.
+// so etcd goes last) and verifies each is gone; a real node is torn down
+// first, and the host checked, as Stop does. It does not remove dir.
 func StopFromDir(dir string) error {
 	pids, err := ReadPIDs(dir)
 	if err != nil {
 		return err
 	}
 	var errs []error
+	// The real node's processes first, while the kube-apiserver still runs;
+	// its host changes last (the kube-apiserver listens on its bridge).
+	finishNode, err := stopNodeFromDir(dir, pids)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	for i := len(pids) - 1; i >= 0; i-- {
 		if err := stopPID(pids[i].Name, pids[i].PID, nil); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if finishNode != nil {
+		errs = append(errs, finishNode())
 	}
 	return errors.Join(errs...)
 }

@@ -25,7 +25,7 @@ func (c *Cluster) startEtcd(ctx context.Context, ports ports) (string, error) {
 	); err != nil {
 		return "", err
 	}
-	plain := &http.Client{Timeout: 2 * time.Second}
+	plain := plainHTTPClient()
 	c.ready[Etcd] = func(ctx context.Context) bool { return httpOK(ctx, plain, etcdURL+"/health") }
 	if err := c.waitComponent(ctx, Etcd, "etcd /health", 30*time.Second, func(ctx context.Context) (bool, error) {
 		return httpOK(ctx, plain, etcdURL+"/health"), nil
@@ -34,6 +34,9 @@ func (c *Cluster) startEtcd(ctx context.Context, ports ports) (string, error) {
 	}
 	return etcdURL, nil
 }
+
+// plainHTTPClient is the client of the plain-HTTP health checks.
+func plainHTTPClient() *http.Client { return &http.Client{Timeout: 2 * time.Second} }
 
 // startAPIServer starts kube-apiserver at server (listening on port) with
 // its data in etcd at etcdURL, and waits for its /readyz. It returns the
@@ -66,9 +69,8 @@ func (c *Cluster) startAPIServer(ctx context.Context, opts Options, pki *pki, mp
 // apiServerArgs are kube-apiserver's flags, before those of Options.Metrics
 // and componentFlags.
 func (c *Cluster) apiServerArgs(opts Options, pki *pki, etcdURL string, port int) []string {
-	return []string{
+	args := []string{
 		"--etcd-servers=" + etcdURL,
-		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port=" + strconv.Itoa(port),
 		"--cert-dir=" + c.Dir,
 		"--tls-cert-file=" + pki.apiserver.certFile, "--tls-private-key-file=" + pki.apiserver.keyFile,
@@ -81,8 +83,21 @@ func (c *Cluster) apiServerArgs(opts Options, pki *pki, etcdURL string, port int
 		// Without it a privileged pod fails validation before Pod Security
 		// admission (on by default) could reject it.
 		"--allow-privileged=true",
+	}
+	if opts.Profile == ProfileNode {
+		return append(args,
+			// Pods reach it through the "kubernetes" Service (kube-proxy):
+			// it listens on the bridge and the lease reconciler (the default)
+			// writes that address into the Service's endpoints.
+			"--bind-address="+nodeIP, "--advertise-address="+nodeIP,
+			// For kubectl logs and exec: the node's Hostname does not resolve.
+			"--kubelet-preferred-address-types=InternalIP,Hostname",
+		)
+	}
+	return append(args,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		// v1.37 refuses a loopback advertise address while the endpoint
 		// reconciler is on; the "kubernetes" Endpoints are not needed here.
 		"--endpoint-reconciler-type=none",
-	}
+	)
 }

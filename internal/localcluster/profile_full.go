@@ -22,23 +22,28 @@ func (c *Cluster) startFull(ctx context.Context, opts Options, pki *pki, mpki *m
 	if err := c.startScheduler(pki, ports.scheduler); err != nil {
 		return err
 	}
-	if err := c.startKwok(opts, pki, mpki != nil, ports.kwok); err != nil {
-		return err
-	}
-	if err := createFakeNodes(ctx, client, opts.Nodes, opts.PodsPerNode, mpki != nil); err != nil {
-		return err
+	// Profile node may have no kwok nodes: then no kwok either.
+	if opts.Nodes > 0 {
+		if err := c.startKwok(opts, pki, mpki != nil, ports.kwok); err != nil {
+			return err
+		}
+		if err := createFakeNodes(ctx, client, opts.Nodes, opts.PodsPerNode, mpki != nil); err != nil {
+			return err
+		}
 	}
 	if err := c.waitControllersHealthy(ctx, https, ports); err != nil {
 		return err
 	}
-	if err := c.waitNodesReady(ctx, client, opts.Nodes); err != nil {
-		return err
+	if opts.Nodes > 0 {
+		if err := c.waitNodesReady(ctx, client, opts.Nodes); err != nil {
+			return err
+		}
 	}
 	if err := c.waitDefaultServiceAccount(ctx, client); err != nil {
 		return err
 	}
 	if mpki != nil {
-		return c.startMetricsServer(ctx, opts, pki, mpki, client, ports.kwok)
+		return c.startMetricsServer(ctx, opts, pki, mpki, client, ports.kwok, opts.Profile == ProfileNode)
 	}
 	return nil
 }
@@ -57,7 +62,8 @@ func (c *Cluster) startControllerManager(opts Options, pki *pki, port int) error
 		"--cluster-signing-cert-file=" + pki.ca.certFile, "--cluster-signing-key-file=" + pki.ca.keyFile,
 		"--use-service-account-credentials",
 		"--leader-elect=false",
-		// No pod CIDRs are allocated: kwok assigns pod IPs itself.
+		// No pod CIDRs are allocated: kwok assigns pod IPs itself, and the
+		// real node's CNI has its range configured.
 		"--controllers=*,-nodeipam",
 	}
 	return c.startComponent(ControllerManager, append(args, hpaArgs(opts)...)...)

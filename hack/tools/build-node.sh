@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds a real node's binaries from the pinned module sources in
-# hack/realnode/tools/* into a cache outside the clone, keyed by those pins
+# hack/tools/node/* into a cache outside the clone, keyed by those pins
 # (the style of hack/tools/build.sh):
 #   k8s        kubelet, kube-proxy          (k8s.io/kubernetes, tools/k8s)
 #   containerd containerd, containerd-shim-runc-v2, ctr (tools/containerd)
@@ -9,18 +9,18 @@
 #   images     pause, swa-node-test, mkimage (tools/images, stdlib only)
 # Prints the bin directory as its last line. Only the Go module proxy is used.
 #
-#   hack/realnode/build.sh [GROUP...]   build what is missing (default: all groups)
-#   hack/realnode/build.sh --print      only print the bin dir (no build)
+#   hack/tools/build-node.sh [GROUP...]   build what is missing (default: all groups)
+#   hack/tools/build-node.sh --print      only print the bin dir (no build)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-tools=$here/tools
+tools=$here/node
 K8S_VERSION=v1.37.2
 CONTAINERD_VERSION=$(awk '$1 == "github.com/containerd/containerd/v2" { print $2; exit }' "$tools/containerd/go.mod")
 RUNC_VERSION=$(awk '$1 == "github.com/opencontainers/runc" { print $2; exit }' "$tools/runc/go.mod")
 CNI_VERSION=$(awk '$1 == "github.com/containernetworking/plugins" { print $2; exit }' "$tools/cni/go.mod")
 
-key=$(cat "$tools"/*/go.mod "$tools"/*/go.sum "$tools"/images/*/*.go "$here/build.sh" 2>/dev/null | sha256sum | cut -c1-12)
+key=$(cat "$tools"/*/go.mod "$tools"/*/go.sum "$tools"/images/*/*.go "$here/build-node.sh" 2>/dev/null | sha256sum | cut -c1-12)
 cache_root=${SWA_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/simplewebapp-operator}
 bin_dir="$cache_root/node-k8s-$K8S_VERSION-containerd-$CONTAINERD_VERSION-$key/bin"
 

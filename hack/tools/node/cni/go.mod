@@ -1,6 +1,6 @@
 // Wrapper module that builds the CNI plugins a node needs (bridge,
 // host-local, loopback, portmap) from the pinned module release.
-module simplewebapp-operator/hack/realnode/tools/cni
+module simplewebapp-operator/hack/tools/node/cni
 
 go 1.26.8
 

@@ -2,7 +2,7 @@
 // pinned k8s.io/kubernetes release (a copy of hack/tools/k8s with other
 // tools). k8s.io/kubernetes points its staging
 // modules at ./staging; these replaces point them at their published releases.
-module simplewebapp-operator/hack/realnode/tools/k8s
+module simplewebapp-operator/hack/tools/node/k8s
 
 go 1.26.0
 

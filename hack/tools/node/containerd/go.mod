@@ -1,6 +1,6 @@
 // Wrapper module that builds containerd 2.x, its runc shim
 // (containerd-shim-runc-v2) and ctr from the pinned module release.
-module simplewebapp-operator/hack/realnode/tools/containerd
+module simplewebapp-operator/hack/tools/node/containerd
 
 go 1.26.8
 

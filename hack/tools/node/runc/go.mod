@@ -1,6 +1,6 @@
 // Wrapper module that builds runc from the pinned module release (cgo: its
 // nsenter part is C).
-module simplewebapp-operator/hack/realnode/tools/runc
+module simplewebapp-operator/hack/tools/node/runc
 
 go 1.26.8
 
