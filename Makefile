@@ -51,14 +51,11 @@ sync-version: ## Write VERSION into the chart (version, appVersion), config/mana
 	sed -i -E 's/^(var Operator = ).*/\1"$(VERSION)"/' internal/version/version.go
 
 .PHONY: tools
-tools: ## Build (or reuse from the cache) the local control plane binaries and metrics-server; as root also the real node's (profile node; installs Debian's libseccomp-dev nftables iptables if missing).
+tools: ## Build (or reuse from the cache) the local control plane binaries and metrics-server; as root also the real node's (profile node; installs the Debian packages of hack/tools/node-deps.sh if missing).
 	bash hack/tools/build.sh >/dev/null
 	bash hack/tools/build-metrics-server.sh >/dev/null
 	@if [ "$$(id -u)" = 0 ]; then \
-		if command -v apt-get >/dev/null && ! { pkg-config --exists libseccomp && command -v nft && command -v iptables-save; } >/dev/null 2>&1; then \
-			(apt-get install -y -qq --no-install-recommends libseccomp-dev nftables iptables >/dev/null 2>&1 || \
-			 (apt-get update -qq && apt-get install -y -qq --no-install-recommends libseccomp-dev nftables iptables >/dev/null)); \
-		fi; \
+		bash hack/tools/node-deps.sh; \
 		bash hack/tools/build-node.sh >/dev/null; \
 	else echo "note: not root: the real node's binaries (profile node, docs/real-node.md) are not built; its tests need root"; fi
 
@@ -73,12 +70,12 @@ chaos: tools ## Fault-injection suite at full size (tests/chaos; make test runs 
 	SWA_CHAOS_FULL=1 SWA_BIN_DIR=$(TOOLS_BIN) go test -count=1 -timeout 90m -v ./tests/chaos/
 
 .PHONY: test-webserver
-# The stand-in web image's test runs it with runc: hack/realnode's when built,
+# The stand-in web image's test runs it with runc: the real node's when built,
 # else one on PATH, else Debian's is installed.
 test-webserver: ## Serve each package's rendered nginx config with a real nginx, directly and in the stand-in web image under runc (installs Debian's nginx-light and runc if missing; CI runs it).
 	@missing=; \
 	command -v nginx >/dev/null || test -x /usr/sbin/nginx || missing+=" nginx-light"; \
-	test -n "$$SWA_RUNC" || command -v runc >/dev/null || test -x "$$(bash hack/realnode/build.sh --print)/runc" || missing+=" runc"; \
+	test -n "$$SWA_RUNC" || command -v runc >/dev/null || test -x "$$(bash hack/tools/build-node.sh --print)/runc" || missing+=" runc"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			echo "installing$$missing (Debian)"; \

@@ -3,7 +3,8 @@
 # Uses $KUBECONFIG when it reaches a cluster: then nothing but the operator
 # (make build) and hack/runctl are built, and no kubectl is needed. Otherwise
 # builds the local control plane (hack/tools, cached; what `make tools`
-# builds) and starts (or reuses) the local full cluster. Runs the operator in
+# builds) and starts (or reuses) the local cluster: as root with a real node
+# (profile node), where the page is then fetched from a pod and printed. Runs the operator in
 # the foreground; Ctrl-C stops it (the local cluster keeps running: `make
 # cluster-down`).
 # The operator runs with leader election in simplewebapp-system, so that
@@ -31,8 +32,21 @@ else
 	# quarter of an hour on 2 cores).
 	bash hack/tools/build.sh >/dev/null
 	bash hack/tools/build-metrics-server.sh >/dev/null
+	# As root, the local cluster gets a real node (kubelet, containerd): the
+	# pods are real containers of the web server's local stand-in image
+	# (hack/image -web-standin), and the page can be fetched. Without root,
+	# kwok's simulated nodes run nothing that serves.
+	up=(--profile full)
+	if [[ $(id -u) == 0 ]]; then
+		bash hack/tools/node-deps.sh
+		bash hack/tools/build-node.sh >/dev/null
+		go run ./hack/image -web-standin -o "$work/web.oci.tar" >/dev/null
+		up=(--profile node --node-image "$work/web.oci.tar")
+	else
+		echo "Not root: the local cluster's nodes are kwok's simulation (no container runs, no page to fetch); as root it gets a real node."
+	fi
 	if ! go run ./hack/localcluster status >/dev/null 2>&1; then
-		go run ./hack/localcluster up >/dev/null
+		go run ./hack/localcluster up "${up[@]}" >/dev/null
 	fi
 	kc=$(go run ./hack/localcluster kubeconfig)
 	local_cluster=1
@@ -54,6 +68,17 @@ echo "operator running (pid $op), log: $log"
 if ! "$runctl" wait -name my-webapp -timeout 120s; then
 	tail -n 30 "$log"
 	exit 1
+fi
+# The page as a client in the cluster gets it: from a pod on the real node,
+# through the Service (only a local cluster with a real node has the image).
+fetch=
+if [[ -n $local_cluster ]] && "$SWA_BIN_DIR/kubectl" --kubeconfig "$kc" get node swa-real-node >/dev/null 2>&1; then
+	echo
+	"$runctl" fetch -service my-webapp-web -image registry.local/swa/swa-node-test:1.0 -node swa-real-node
+	echo
+	ip=$("$SWA_BIN_DIR/kubectl" --kubeconfig "$kc" get service -n default my-webapp-web -o 'jsonpath={.spec.clusterIP}')
+	fetch="  k run -n default fetch --rm -i --restart=Never --image=registry.local/swa/swa-node-test:1.0 --image-pull-policy=Never -- -get http://$ip/   # the page, from a pod
+"
 fi
 if grep -qi "successfully acquired lease" "$log"; then
 	echo "This operator (pid $op) is the leader: it reconciles."
@@ -77,7 +102,7 @@ my-webapp is Ready. In another terminal:
   alias k='$k'
   k get swa -n default -w
   k apply -n default -f config/samples/my-webapp-updated.yaml   # 5 replicas, new message
-  k delete -n default pod -l app.kubernetes.io/instance=my-webapp --wait=false   # they come back
+$fetch  k delete -n default pod -l app.kubernetes.io/instance=my-webapp --wait=false   # they come back
   k delete -n default swa my-webapp                              # everything goes
 Ctrl-C stops the operator$note.
 MSG

@@ -11,6 +11,9 @@
 //	runctl wait -name NAME [-timeout 120s]   wait until the SimpleWebApp NAME in default is Ready, then print it,
 //	                                         its Deployments and pods as `kubectl get` does
 //	runctl holder -namespace NS -name NAME   print the holder of a Lease ("" when none)
+//	runctl fetch -service SVC -image IMG [-node NODE] [-timeout 60s]
+//	                                         GET the Service SVC in default once from a pod of IMG (its -get mode)
+//	                                         on NODE, and print the page
 //
 // The cluster is the current context of $KUBECONFIG (a list of files too), as
 // for kubectl and the operator.
@@ -98,6 +101,13 @@ func main() {
 		name := fl.String("name", "", "the Lease's name")
 		_ = fl.Parse(os.Args[2:])
 		err = holder(ctx, *ns, *name)
+	case "fetch":
+		svc := fl.String("service", "", "Service in namespace default")
+		image := fl.String("image", "", "image whose entrypoint takes -get URL")
+		node := fl.String("node", "", "node to run the pod on")
+		timeout := fl.Duration("timeout", 60*time.Second, "how long the fetch may take")
+		_ = fl.Parse(os.Args[2:])
+		err = fetch(ctx, *svc, *image, *node, *timeout)
 	default:
 		usage()
 	}
@@ -108,7 +118,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: runctl cluster | setup -crds DIR -namespace NS -sample FILE | wait -name NAME [-timeout D] | holder -namespace NS -name NAME")
+	fmt.Fprintln(os.Stderr, "usage: runctl cluster | setup -crds DIR -namespace NS -sample FILE | wait -name NAME [-timeout D] | holder -namespace NS -name NAME | fetch -service SVC -image IMG [-node NODE] [-timeout D]")
 	os.Exit(2)
 }
 

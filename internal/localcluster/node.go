@@ -284,3 +284,7 @@ func hasCapSysResource() bool {
 	}
 	return false
 }
+
+// CgroupRoot is the kubelet's cgroupRoot in every cgroup hierarchy: each
+// container's cgroup, named by its ID, is below it.
+func (n *RealNode) CgroupRoot() string { return nodeCgroup }

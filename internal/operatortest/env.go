@@ -51,6 +51,11 @@ type Options struct {
 	// BuildTags build the operator with these tags, e.g. "failpoints"
 	// (the crash tests' SWA_TEST_EXIT_AFTER_WRITES; not in a release build).
 	BuildTags []string
+	// Profile is the cluster's (localcluster.Options.Profile); default
+	// localcluster.ProfileFull. localcluster.ProfileNode adds a real node,
+	// which imports NodeImages (OCI archives) into its runtime.
+	Profile    string
+	NodeImages []string
 }
 
 // Env is a full local cluster with the CRD installed, admin clients, the
@@ -132,8 +137,13 @@ func (e *Env) buildOperator(ctx context.Context, tags []string) {
 // writes into the directory that cleanup removes.
 func (e *Env) startCluster(ctx context.Context, opts Options, cleanup func(func())) error {
 	t0 := time.Now()
+	profile := opts.Profile
+	if profile == "" {
+		profile = localcluster.ProfileFull
+	}
 	c, err := localcluster.Start(ctx, localcluster.Options{
-		Profile:         localcluster.ProfileFull,
+		Profile:         profile,
+		NodeImages:      opts.NodeImages,
 		ExtraKwokStages: opts.ExtraKwokStages,
 		LogWriter:       e.logw,
 		Metrics:         opts.Metrics,
@@ -151,7 +161,7 @@ func (e *Env) startCluster(ctx context.Context, opts Options, cleanup func(func(
 			fmt.Fprintln(os.Stderr, "stopping the cluster:", err)
 		}
 	})
-	e.Step(t0, "full cluster ready")
+	e.Step(t0, "%s cluster ready", profile)
 	e.Cluster = c
 	return nil
 }

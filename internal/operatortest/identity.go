@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -194,4 +195,37 @@ func ImpersonatingOperator(ctx context.Context, c client.Client, cfg *rest.Confi
 	out.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + Namespace + ":" + ServiceAccount,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + Namespace, "system:authenticated"}}
 	return out, nil
+}
+
+// StartOperator runs the operator the way tests/e2e does: it sets up the
+// operator's identity with rbac, waits until the authorizer lets it watch
+// SimpleWebApps, starts the binary with a token of it and args (logging to
+// Dir/operator.log), and waits until it is ready. cleanup kills it.
+func (e *Env) StartOperator(ctx context.Context, rbac OperatorRBAC, args []string, cleanup func(func())) (*Operator, error) {
+	t0 := time.Now()
+	id, err := e.SetUpOperatorIdentity(ctx, rbac)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.Kubectl.WaitCanI(ctx, 30*time.Second, CanIWant{
+		Kubeconfig: id.Kubeconfig, Args: []string{"watch", "simplewebapps.example.com", "--all-namespaces"}, Want: "yes",
+	}); err != nil {
+		return nil, err
+	}
+	e.Step(t0, "ServiceAccount %s/%s bound to the ClusterRole of config/rbac/role.yaml", Namespace, ServiceAccount)
+	bin, err := e.OperatorBin()
+	if err != nil {
+		return nil, err
+	}
+	t0 = time.Now()
+	op, err := Start(Config{Name: e.Name, Bin: bin, Kubeconfig: id.Kubeconfig, LogPath: filepath.Join(e.Dir, "operator.log"), Args: args})
+	if err != nil {
+		return nil, err
+	}
+	cleanup(op.Kill)
+	if err := op.WaitReady(ctx, 60*time.Second); err != nil {
+		return op, err
+	}
+	e.Step(t0, "operator ready (log: %s)", op.LogPath())
+	return op, nil
 }

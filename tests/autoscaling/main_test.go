@@ -112,38 +112,10 @@ func setUp(cleanup func(func())) (*testEnv, error) {
 		return nil, err
 	}
 	e := &testEnv{Env: oe}
-
-	t0 := time.Now()
-	id, err := e.SetUpOperatorIdentity(ctx, operatortest.OperatorRBAC{ClusterRoleBinding: "autoscaling-manager-rolebinding"})
+	e.op, err = e.StartOperator(ctx, operatortest.OperatorRBAC{ClusterRoleBinding: "autoscaling-manager-rolebinding"},
+		[]string{"--metrics-bind-address=0", "--leader-elect=false"}, cleanup)
 	if err != nil {
-		return nil, err
-	}
-	if err := e.Kubectl.WaitCanI(ctx, 30*time.Second, operatortest.CanIWant{
-		Kubeconfig: id.Kubeconfig, Args: []string{"watch", "simplewebapps.example.com", "--all-namespaces"}, Want: "yes",
-	}); err != nil {
-		return nil, err
-	}
-	e.Step(t0, "ServiceAccount %s/%s bound to the ClusterRole of config/rbac/role.yaml", operatortest.Namespace, operatortest.ServiceAccount)
-
-	bin, err := e.OperatorBin()
-	if err != nil {
-		return nil, err
-	}
-	t0 = time.Now()
-	e.op, err = operatortest.Start(operatortest.Config{
-		Name:       "autoscaling",
-		Bin:        bin,
-		Kubeconfig: id.Kubeconfig,
-		LogPath:    filepath.Join(e.Dir, "operator.log"),
-		Args:       []string{"--metrics-bind-address=0", "--leader-elect=false"},
-	})
-	if err != nil {
-		return nil, err
-	}
-	cleanup(e.op.Kill)
-	if err := e.op.WaitReady(ctx, 60*time.Second); err != nil {
 		return e, err
 	}
-	e.Step(t0, "operator ready (log: %s)", e.op.LogPath())
 	return e, nil
 }

@@ -84,13 +84,13 @@ func TestWebStandin(t *testing.T) {
 	}
 }
 
-// findRunc: SWA_RUNC, else the runc that hack/realnode built (the node's),
+// findRunc: SWA_RUNC, else the runc of the real node (hack/tools/build-node.sh),
 // else one on PATH (Debian's runc, which `make test-webserver` installs).
 func findRunc(t *testing.T) string {
 	if p := os.Getenv("SWA_RUNC"); p != "" {
 		return p
 	}
-	if out, err := exec.Command("bash", "../../hack/realnode/build.sh", "--print").Output(); err == nil {
+	if out, err := exec.Command("bash", "../../hack/tools/build-node.sh", "--print").Output(); err == nil {
 		if p := filepath.Join(strings.TrimSpace(string(out)), "runc"); isExec(p) {
 			return p
 		}

@@ -2,7 +2,7 @@
 // (internal/localcluster RealNodeTestImage): an HTTP server that answers every
 // request with a message and its host name; with -exit N a process that exits
 // with status N at once (CrashLoopBackOff); with -get URL a client that
-// fetches URL once, prints the body and exits 0 (non-zero on an error or a
+// fetches URL once, prints the body (ending in a newline) and exits 0 (non-zero on an error or a
 // status other than 200), so that a pod can fetch a page.
 package main
 
@@ -46,10 +46,17 @@ func fetch(url string) int {
 		return 1
 	}
 	defer resp.Body.Close()
-	if _, err := io.Copy(os.Stdout, resp.Body); err != nil {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// Line-terminated, so that a page without a final newline does not run
+	// into what a terminal prints next.
+	if len(body) > 0 && body[len(body)-1] != '\n' {
+		body = append(body, '\n')
+	}
+	os.Stdout.Write(body)
 	if resp.StatusCode != http.StatusOK {
 		fmt.Fprintf(os.Stderr, "GET %s: %s\n", url, resp.Status)
 		return 1
