@@ -27,17 +27,23 @@ const loadWorkers = 8
 
 // TestAutoscalesOnRealCPU sends load through the Service: metrics-server
 // reads the web server's CPU use from the real kubelet, the HPA scales the
-// app out to maxReplicas, and back in to minReplicas once the load stops.
+// app out to maxReplicas, and back in to minReplicas once the load stops; the
+// Service answers right after the scale-in.
 func TestAutoscalesOnRealCPU(t *testing.T) {
 	ctx := t.Context()
 	ns := newNamespace(t)
 	const name, msg = "busy", "Under load"
 	const minReplicas, maxReplicas = 1, 3
+	// rapid's version: its pods finish serving before they stop, so the
+	// scale-in drops no request either (see TestMessageRolloutDropsNoRequest).
 	createApp(t, ns, name, webappv1.SimpleWebAppSpec{
-		Replicas: ptr.To[int32](1), Message: msg,
+		Replicas: ptr.To[int32](1), Message: msg, Channel: "rapid",
 		Autoscaling: &webappv1.Autoscaling{MinReplicas: minReplicas, MaxReplicas: maxReplicas, TargetCPUUtilizationPercentage: 50},
 	})
 	a := waitSettled(t, ns, name, minReplicas)
+	if rapid := testkit.ChannelVersion(t, "rapid"); a.swa.Status.Version != rapid {
+		t.Fatalf("status.version %q, want the rapid channel's %s", a.swa.Status.Version, rapid)
+	}
 	pod := a.pods[0]
 	testkit.WaitFor(t, timeout, "metrics-server serving pod "+pod.Name+"'s CPU use, read from the kubelet", func(ctx context.Context) (bool, string) {
 		cpu, err := podCPU(ctx, ns, pod.Name)
