@@ -70,7 +70,7 @@ func TestStandardLabels(t *testing.T) {
 		args []string
 	}{
 		{"defaults", nil},
-		{"everything on", []string{"--set", "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.prometheusServiceAccount=monitoring/prometheus-k8s",
+		{"everything on", []string{"--set", "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.prometheusServiceAccount=monitoring/prometheus-k8s,metrics.tls.certManager.enabled=true",
 			"--set", "metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true,metrics.dashboard.namespace=grafana",
 			"--set", "watchNamespaces={team-a,team-b},channels.configMap.name=c,serviceAccount.annotations.a=b"}},
 		{"plain metrics, existing ServiceAccount", []string{"--set", "metrics.secure=false,serviceAccount.create=false,serviceAccount.name=x"}},

@@ -52,6 +52,8 @@ func TestSchemaRejectsBadValues(t *testing.T) {
 		{"serviceAccount.create as a string", []string{"--set-string", "serviceAccount.create=false"}, "create"},
 		{"invalid ServiceAccount name", []string{"--set", "serviceAccount.name=Operator_SA"}, "serviceAccount"},
 		{"global not an object", []string{"--set", "global=3"}, "global"},
+		{"invalid metrics certificate Secret name", []string{"--set", "metrics.tls.secretName=Metrics_Cert"}, "secretName"},
+		{"cert-manager toggle not an object", []string{"--set", "metrics.tls.certManager=true"}, "certManager"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, _, err := runHelm(t, "", append([]string{"template", "swa", chartDir}, tc.args...)...)
@@ -183,13 +185,19 @@ func TestTenantRoles(t *testing.T) {
 // ServiceMonitor selects the metrics Service and scrapes its port.
 func TestMonitoringToggles(t *testing.T) {
 	base := keys(template(t))
+	// A secure ServiceMonitor comes with the identity it scrapes with.
+	scraper := []string{"ClusterRoleBinding//swa-metrics-reader-scraper", "Secret/operators/swa-metrics-scraper-token",
+		"ServiceAccount/operators/swa-metrics-scraper", "ServiceMonitor/operators/swa-controller-manager"}
+	certManager := []string{"Certificate/operators/swa-metrics-ca", "Certificate/operators/swa-metrics-server-cert",
+		"Issuer/operators/swa-metrics-ca-issuer", "Issuer/operators/swa-selfsigned-issuer"}
 	for _, tc := range []struct {
 		set  string
 		adds []string
 	}{
-		{"metrics.serviceMonitor.enabled=true", []string{"ServiceMonitor/operators/swa-controller-manager"}},
-		{"metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.prometheusServiceAccount=monitoring/prometheus-k8s",
-			[]string{"ClusterRoleBinding//swa-metrics-reader-prometheus", "ServiceMonitor/operators/swa-controller-manager"}},
+		{"metrics.serviceMonitor.enabled=true,metrics.tls.secretName=mine", scraper},
+		{"metrics.serviceMonitor.enabled=true,metrics.tls.secretName=mine,metrics.serviceMonitor.prometheusServiceAccount=monitoring/prometheus-k8s",
+			append([]string{"ClusterRoleBinding//swa-metrics-reader-prometheus"}, scraper...)},
+		{"metrics.tls.certManager.enabled=true", certManager},
 		{"metrics.prometheusRule.enabled=true", []string{"PrometheusRule/operators/swa-operator"}},
 		{"metrics.dashboard.enabled=true", []string{"ConfigMap/operators/swa-operator-dashboard"}},
 		{"metrics.dashboard.enabled=true,metrics.dashboard.namespace=grafana", []string{"ConfigMap/grafana/swa-operator-dashboard"}},
@@ -201,7 +209,7 @@ func TestMonitoringToggles(t *testing.T) {
 		}
 	}
 
-	objs := template(t, "--set", "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true",
+	objs := template(t, "--set", "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true,metrics.tls.certManager.enabled=true",
 		"--set", "metrics.serviceMonitor.labels.release=kps,metrics.serviceMonitor.prometheusServiceAccount=monitoring/prometheus-k8s")
 	svc := as[corev1.Service](t, mustFind(t, objs, "Service", "operators", "swa-controller-manager-metrics-service"))
 	sm := mustFind(t, objs, "ServiceMonitor", "operators", "swa-controller-manager")
@@ -237,6 +245,145 @@ func TestMonitoringToggles(t *testing.T) {
 	if _, _, err := runHelm(t, "", "template", "swa", chartDir, "--set", "metrics.enabled=false,metrics.serviceMonitor.enabled=true"); err == nil ||
 		!strings.Contains(err.Error(), "metrics.serviceMonitor.enabled needs metrics.enabled") {
 		t.Errorf("a ServiceMonitor without metrics: %v", err)
+	}
+	if _, _, err := runHelm(t, "", "template", "swa", chartDir, "--set", "metrics.serviceMonitor.enabled=true"); err == nil ||
+		!strings.Contains(err.Error(), "set metrics.tls.certManager.enabled or metrics.tls.secretName") {
+		t.Errorf("a ServiceMonitor with no certificate to verify: %v", err)
+	}
+	if _, _, err := runHelm(t, "", "template", "swa", chartDir, "--set", "metrics.secure=false,metrics.tls.certManager.enabled=true"); err == nil ||
+		!strings.Contains(err.Error(), "metrics.tls.certManager.enabled needs metrics.enabled and metrics.secure") {
+		t.Errorf("cert-manager for plain HTTP metrics: %v", err)
+	}
+}
+
+// TestMetricsCert: the ServiceMonitor authenticates with a ServiceAccount
+// token Secret bound to the metrics-reader ClusterRole and verifies the
+// serving certificate; with cert-manager a Certificate names the metrics
+// Service's DNS name, and the Deployment mounts its Secret and serves it
+// (--metrics-cert-dir). No rendering skips TLS verification or uses the
+// deprecated bearerTokenFile.
+func TestMetricsCert(t *testing.T) {
+	for _, tc := range []struct {
+		name, set, secret string
+		certManager       bool
+	}{
+		{"cert-manager", "metrics.tls.certManager.enabled=true", "swa-metrics-server-cert", true},
+		{"admin's Secret", "metrics.tls.secretName=my-metrics-cert", "my-metrics-cert", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, _, err := runHelm(t, "", "template", "swa", chartDir, "-n", "operators",
+				"--set", "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.prometheusServiceAccount=monitoring/prometheus-k8s,"+tc.set)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs := parse(t, []byte(out))
+			dnsName := "swa-controller-manager-metrics-service.operators.svc"
+			mustFind(t, objs, "Service", "operators", "swa-controller-manager-metrics-service")
+
+			cert := find(objs, "Certificate", "operators", "swa-metrics-server-cert")
+			if (cert != nil) != tc.certManager {
+				t.Fatalf("Certificate rendered: %v, want %v", cert != nil, tc.certManager)
+			}
+			if cert != nil {
+				dnsNames, _, _ := unstructured.NestedStringSlice(cert.Object, "spec", "dnsNames")
+				secretName, _, _ := unstructured.NestedString(cert.Object, "spec", "secretName")
+				if !slices.Contains(dnsNames, dnsName) || secretName != tc.secret {
+					t.Errorf("Certificate dnsNames %v, secretName %q: want %s and %s", dnsNames, secretName, dnsName, tc.secret)
+				}
+				issuer, _, _ := unstructured.NestedString(cert.Object, "spec", "issuerRef", "name")
+				mustFind(t, objs, "Issuer", "operators", issuer)
+			}
+			checkMetricsCertMount(t, as[appsv1.Deployment](t, mustFind(t, objs, "Deployment", "operators", "swa-controller-manager")), tc.secret)
+
+			sm := mustFind(t, objs, "ServiceMonitor", "operators", "swa-controller-manager")
+			ep, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+			if len(ep) != 1 {
+				t.Fatalf("ServiceMonitor endpoints %v", ep)
+			}
+			e := ep[0].(map[string]any)
+			serverName, _, _ := unstructured.NestedString(e, "tlsConfig", "serverName")
+			caSecret, _, _ := unstructured.NestedString(e, "tlsConfig", "ca", "secret", "name")
+			caKey, _, _ := unstructured.NestedString(e, "tlsConfig", "ca", "secret", "key")
+			if serverName != dnsName || caSecret != tc.secret || caKey != "ca.crt" {
+				t.Errorf("ServiceMonitor tlsConfig %v: want serverName %s and ca from %s/ca.crt", e["tlsConfig"], dnsName, tc.secret)
+			}
+			authType, _, _ := unstructured.NestedString(e, "authorization", "type")
+			tokenSecret, _, _ := unstructured.NestedString(e, "authorization", "credentials", "name")
+			tokenKey, _, _ := unstructured.NestedString(e, "authorization", "credentials", "key")
+			if authType != "Bearer" || tokenKey != "token" {
+				t.Errorf("ServiceMonitor authorization %v: want Bearer credentials from a Secret's token", e["authorization"])
+			}
+			secret := as[corev1.Secret](t, mustFind(t, objs, "Secret", "operators", tokenSecret))
+			sa := secret.Annotations[corev1.ServiceAccountNameKey]
+			if secret.Type != corev1.SecretTypeServiceAccountToken || sa == "" {
+				t.Fatalf("Secret %s: type %s, ServiceAccount %q: want a ServiceAccount token", tokenSecret, secret.Type, sa)
+			}
+			mustFind(t, objs, "ServiceAccount", "operators", sa)
+			bound := false
+			for _, o := range objs {
+				if o.GetKind() != "ClusterRoleBinding" {
+					continue
+				}
+				b := as[rbacv1.ClusterRoleBinding](t, o)
+				if b.RoleRef.Name == "swa-metrics-reader" && slices.Contains(b.Subjects, rbacv1.Subject{Kind: "ServiceAccount", Namespace: "operators", Name: sa}) {
+					bound = true
+				}
+			}
+			if !bound {
+				t.Errorf("ServiceAccount operators/%s is not bound to swa-metrics-reader", sa)
+			}
+			noInsecureScrape(t, out)
+		})
+	}
+
+	// Every other rendering, too: the defaults, monitoring on, plain HTTP.
+	for _, set := range []string{"replicaCount=2", "metrics.secure=false,metrics.serviceMonitor.enabled=true",
+		"metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true,metrics.tls.certManager.enabled=true"} {
+		out, _, err := runHelm(t, "", "template", "swa", chartDir, "--set", set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		noInsecureScrape(t, out)
+	}
+	// Without a certificate the operator serves a self-signed one it
+	// generates: no mount, no flag.
+	objs := template(t)
+	dep := as[appsv1.Deployment](t, mustFind(t, objs, "Deployment", "operators", "swa-controller-manager"))
+	if c := dep.Spec.Template.Spec.Containers[0]; slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--metrics-cert-dir") }) || len(c.VolumeMounts) > 0 {
+		t.Errorf("the defaults mount a metrics certificate: args %v, mounts %v", c.Args, c.VolumeMounts)
+	}
+}
+
+// checkMetricsCertMount: the Deployment mounts the Secret read-only and
+// passes its mount path as --metrics-cert-dir.
+func checkMetricsCertMount(t *testing.T, dep *appsv1.Deployment, secret string) {
+	t.Helper()
+	var volume string
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && v.Secret.SecretName == secret {
+			volume = v.Name
+		}
+	}
+	c := dep.Spec.Template.Spec.Containers[0]
+	var mountPath string
+	for _, m := range c.VolumeMounts {
+		if m.Name == volume && m.ReadOnly {
+			mountPath = m.MountPath
+		}
+	}
+	if volume == "" || mountPath == "" || !slices.Contains(c.Args, "--metrics-cert-dir="+mountPath) {
+		t.Errorf("Deployment %s: volume of Secret %s %q, mounted read-only at %q, args %v: want it mounted and passed as --metrics-cert-dir", dep.Name, secret, volume, mountPath, c.Args)
+	}
+}
+
+// noInsecureScrape: no ServiceMonitor field the Prometheus Operator
+// deprecates (bearerTokenFile) or that turns off TLS verification.
+func noInsecureScrape(t *testing.T, rendered string) {
+	t.Helper()
+	for _, bad := range []string{"bearerTokenFile", "insecureSkipVerify"} {
+		if strings.Contains(rendered, bad) {
+			t.Errorf("the rendering contains %s", bad)
+		}
 	}
 }
 
@@ -420,7 +567,8 @@ func goRun(t *testing.T, args ...string) {
 func TestLint(t *testing.T) {
 	for _, set := range []string{
 		"replicaCount=2",
-		"metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true,watchNamespaces={a,b},channels.configMap.name=c",
+		"metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true,metrics.tls.certManager.enabled=true,watchNamespaces={a,b},channels.configMap.name=c",
+		"metrics.serviceMonitor.enabled=true,metrics.tls.secretName=mine",
 		"metrics.enabled=false,leaderElection.enabled=false,tenantRoles.enabled=false",
 		"serviceAccount.create=false,serviceAccount.name=x",
 	} {

@@ -326,15 +326,17 @@ func checkPrometheusRule(t *testing.T, served map[string]map[string]bool) {
 
 // TestPrometheusConfig checks config/prometheus without an operator: it
 // builds with kustomize; the ServiceMonitor selects the metrics Service that
-// config/default installs, on its HTTPS port, with a bearer token; and the
-// binding for Prometheus refers to config/default's metrics-reader ClusterRole.
+// config/default installs, on its HTTPS port, with a bearer token from a
+// Secret; and the binding for the scraper refers to config/default's
+// metrics-reader ClusterRole. tests/install checks the token Secret and the
+// TLS settings.
 func TestPrometheusConfig(t *testing.T) {
 	prom := kustomize(t, "config/prometheus")
 	kinds := map[string]int{}
 	for _, obj := range prom {
 		kinds[obj.kind()]++
 	}
-	for _, k := range []string{"ServiceMonitor", "PrometheusRule", "ClusterRoleBinding", "ConfigMap"} {
+	for _, k := range []string{"ServiceMonitor", "PrometheusRule", "ClusterRoleBinding", "ConfigMap", "ServiceAccount", "Secret"} {
 		if kinds[k] != 1 {
 			t.Errorf("kubectl kustomize config/prometheus: %d %s, want 1 (kinds: %v)", kinds[k], k, kinds)
 		}
@@ -383,11 +385,17 @@ func TestPrometheusConfig(t *testing.T) {
 				MatchLabels map[string]string `json:"matchLabels"`
 			} `json:"selector"`
 			Endpoints []struct {
-				Port            string `json:"port"`
-				Scheme          string `json:"scheme"`
-				Path            string `json:"path"`
-				HonorLabels     bool   `json:"honorLabels"`
-				BearerTokenFile string `json:"bearerTokenFile"`
+				Port          string `json:"port"`
+				Scheme        string `json:"scheme"`
+				Path          string `json:"path"`
+				HonorLabels   bool   `json:"honorLabels"`
+				Authorization struct {
+					Type        string `json:"type"`
+					Credentials struct {
+						Name string `json:"name"`
+						Key  string `json:"key"`
+					} `json:"credentials"`
+				} `json:"authorization"`
 			} `json:"endpoints"`
 		} `json:"spec"`
 	}
@@ -410,7 +418,7 @@ func TestPrometheusConfig(t *testing.T) {
 	if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == ep.Port }) {
 		t.Errorf("ServiceMonitor port %q is not a port of Service %s: %+v", ep.Port, svc.Name, svc.Spec.Ports)
 	}
-	if ep.Scheme != "https" || ep.Path != "/metrics" || ep.BearerTokenFile == "" || !ep.HonorLabels {
+	if ep.Scheme != "https" || ep.Path != "/metrics" || ep.Authorization.Type != "Bearer" || ep.Authorization.Credentials.Name == "" || !ep.HonorLabels {
 		t.Errorf("ServiceMonitor endpoint %+v: want https, /metrics, a bearer token and honorLabels (the namespace label of simplewebapp_*)", ep)
 	}
 

@@ -74,3 +74,25 @@ configMap:
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The Secret the metrics endpoint serves its certificate from: metrics.tls.secretName,
+else the one cert-manager issues; empty when neither (a self-signed
+certificate generated at start).
+*/}}
+{{- define "swa.metricsCertSecret" -}}
+{{- if and .Values.metrics.enabled .Values.metrics.secure -}}
+{{- with .Values.metrics.tls.secretName -}}
+{{ . }}
+{{- else -}}
+{{- if .Values.metrics.tls.certManager.enabled -}}
+{{ include "swa.prefix" . }}-metrics-server-cert
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The metrics Service's DNS name, which the serving certificate names. */}}
+{{- define "swa.metricsServiceDNS" -}}
+{{ include "swa.prefix" . }}-controller-manager-metrics-service.{{ .Release.Namespace }}.svc
+{{- end -}}
