@@ -6,9 +6,16 @@ package main
 import (
 	"os"
 
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
 	"example.com/simplewebapp-operator/cmd/kubectl-swa/plugin"
 )
 
+// revision is the source revision of this build, set by hack/build.sh
+// (-ldflags -X main.revision=...); the version is version.Operator.
+var revision = ""
+
 func main() {
-	os.Exit(plugin.Main(os.Args[1:], os.Stdout, os.Stderr))
+	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
+	os.Exit(plugin.Run(os.Args[1:], streams, revision))
 }

@@ -3,8 +3,11 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,11 +16,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/internal/operatortest"
 	"example.com/simplewebapp-operator/internal/render"
 	"example.com/simplewebapp-operator/internal/testkit"
 )
@@ -157,6 +163,117 @@ func TestDiff(t *testing.T) {
 			if code != 1 || !strings.Contains(out, want) {
 				t.Errorf("exit %d (want 1), stderr %q; output lacks %q", code, errOut, want)
 			}
+		}
+	})
+
+	t.Run("kubectl get -o yaml", func(t *testing.T) {
+		// What kubectl prints: a List with the fields the server sets
+		// (resourceVersion, managedFields, status). The cluster diffed
+		// with itself shows nothing.
+		kubectl := operatortest.Kubectl{Bin: kubectlBin(t), CacheDir: t.TempDir(), AdminKubeconfig: env.Kubeconfig}
+		list, err := kubectl.Admin("get", "swa", "-n", ns, "-o", "yaml", "--show-managed-fields")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, field := range []string{"kind: List", "resourceVersion:", "managedFields:", "status:"} {
+			if !strings.Contains(list, field) {
+				t.Fatalf("kubectl get -o yaml has no %q; the test needs it:\n%s", field, list)
+			}
+		}
+		code, out, errOut := swaClusterStdin(t, list, "diff", "-f", "-")
+		if code != 0 || out != "" {
+			t.Errorf("exit %d, stdout %q, stderr %q; want exit 0 and no diff", code, out, errOut)
+		}
+		// The same List with a replicas change and a copy under a new
+		// name, resourceVersion and uid included: an update and a create.
+		u := &unstructured.UnstructuredList{}
+		if err := yaml.Unmarshal([]byte(list), &u.Object); err != nil {
+			t.Fatal(err)
+		}
+		items, _, _ := unstructured.NestedSlice(u.Object, "items")
+		if len(items) != 1 {
+			t.Fatalf("%d SimpleWebApps in %s, want 1", len(items), ns)
+		}
+		changed := runtime.DeepCopyJSONValue(items[0]).(map[string]any)
+		_ = unstructured.SetNestedField(changed, int64(3), "spec", "replicas")
+		copied := runtime.DeepCopyJSONValue(items[0]).(map[string]any)
+		_ = unstructured.SetNestedField(copied, "copy", "metadata", "name")
+		_ = unstructured.SetNestedSlice(u.Object, []any{changed, copied}, "items")
+		edited, err := yaml.Marshal(u.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut = swaClusterStdin(t, string(edited), "diff", "-f", "-")
+		for _, want := range []string{"\n-  replicas: 2\n+  replicas: 3\n", "+++ dry-run/SimpleWebApp/" + ns + "/copy (created)\n", "+++ dry-run/Deployment/" + ns + "/copy-web (created)\n"} {
+			if code != 1 || !strings.Contains(out, want) {
+				t.Errorf("exit %d (want 1), stderr %q; output lacks %q", code, errOut, want)
+			}
+		}
+	})
+
+	t.Run("KUBECTL_EXTERNAL_DIFF", func(t *testing.T) {
+		// The program is this test binary (TestMain: fakeDiff). As kubectl
+		// diff does, the words after the program's are passed after the
+		// two directories when they are plain flags.
+		record := filepath.Join(t.TempDir(), "record.json")
+		t.Setenv("KUBECTL_EXTERNAL_DIFF", os.Args[0]+" -N --color=never $(rm;-rf)")
+		t.Setenv(fakeDiffEnv, record)
+		code, out, errOut := swaCluster(t, "diff", "-f", writeCR(t, ns, "web", "replicas: 3\n  message: hello\n  channel: stable"))
+		if code != 1 || !strings.Contains(out, "fake diff: 2 directories") {
+			t.Fatalf("exit %d (want the program's 1), stdout %q, stderr %q", code, out, errOut)
+		}
+		r := readFakeDiff(t, record)
+		if !strings.HasPrefix(filepath.Base(r.Args[0]), "LIVE-") || !strings.HasPrefix(filepath.Base(r.Args[1]), "MERGED-") ||
+			!slices.Equal(r.Args[2:], []string{"-N", "--color=never"}) {
+			t.Errorf("arguments %q; want the LIVE- and MERGED- directories, -N, --color=never", r.Args)
+		}
+		deploy := "apps.v1.Deployment." + ns + ".web-web"
+		if !strings.Contains(r.Live[deploy], "\n  replicas: 2\n") || !strings.Contains(r.Merged[deploy], "\n  replicas: 3\n") {
+			t.Errorf("%s: live\n%s\nmerged\n%s\nwant replicas 2 and 3", deploy, r.Live[deploy], r.Merged[deploy])
+		}
+		if swaFile := "example.com.v1.SimpleWebApp." + ns + ".web"; r.Live[swaFile] == "" || r.Merged[swaFile] == "" {
+			t.Errorf("no %s in both directories: %v %v", swaFile, slices.Collect(maps.Keys(r.Live)), slices.Collect(maps.Keys(r.Merged)))
+		}
+		for _, dir := range r.Args[:2] {
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("%s is left behind (%v)", dir, err)
+			}
+		}
+		// The program's exit status is diff's, also above 1.
+		t.Setenv(fakeDiffExitEnv, "3")
+		if code, _, errOut := swaCluster(t, "diff", "-f", writeCR(t, ns, "web", base)); code != 3 {
+			t.Errorf("exit %d, stderr %q; want the program's 3", code, errOut)
+		}
+		t.Setenv(fakeDiffExitEnv, "")
+		if code, out, errOut := swaCluster(t, "diff", "-f", writeCR(t, ns, "web", base)); code != 0 || readFakeDiff(t, record).Differ {
+			t.Errorf("no change: exit %d, stdout %q, stderr %q; want 0 and equal directories", code, out, errOut)
+		}
+	})
+
+	t.Run("kubectl flags", func(t *testing.T) {
+		file := writeCR(t, ns, "web", base)
+		// --as: the API server answers for that user, who has no rights.
+		code, out, errOut := swaCluster(t, "diff", "-f", file, "--as", "nobody")
+		if code != 2 || out != "" || !strings.Contains(errOut, `User "nobody" cannot get resource "simplewebapps" in API group "example.com"`) {
+			t.Errorf("--as nobody: exit %d, stdout %q, stderr %q; want exit 2 and nobody's 403", code, out, errOut)
+		}
+		code, _, errOut = swaCluster(t, "diff", "-f", file, "--as", "nobody", "--as-group", "system:masters")
+		if code != 0 {
+			t.Errorf("--as nobody --as-group system:masters: exit %d, stderr %q; want 0", code, errOut)
+		}
+		// --context picks a context other than the current (broken) one,
+		// and its namespace is where a SimpleWebApp without one goes.
+		kc := contextsKubeconfig(t, ns)
+		noNS := writeCR(t, "", "web", base)
+		if code, out, errOut := swa(t, "diff", "-f", noNS, "--kubeconfig", kc, "--context", "with-namespace"); code != 0 || out != "" {
+			t.Errorf("--context with-namespace: exit %d, stdout %q, stderr %q; want no change in %s", code, out, errOut, ns)
+		}
+		if code, _, errOut := swa(t, "diff", "-f", noNS, "--kubeconfig", kc, "--request-timeout", "5s"); code != 2 || !strings.Contains(errOut, "127.0.0.1:1") {
+			t.Errorf("the broken current context: exit %d, stderr %q; want exit 2 and its server", code, errOut)
+		}
+		// -n other than the file's namespace is refused, as by kubectl.
+		if code, _, errOut := swaCluster(t, "diff", "-f", file, "-n", "default"); code != 2 || !strings.Contains(errOut, "You must pass '--namespace="+ns+"'") {
+			t.Errorf("-n default for a file in %s: exit %d, stderr %q", ns, code, errOut)
 		}
 	})
 

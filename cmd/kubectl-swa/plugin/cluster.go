@@ -5,54 +5,13 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/internal/render"
 )
-
-// connect returns a client for the kubeconfig's cluster and the namespace of
-// its context ("default" if it names none), as kubectl reads them.
-func (c *common) connect() (client.Client, string, error) {
-	cl, _, ns, err := c.connectDynamic()
-	return cl, ns, err
-}
-
-// connectDynamic is connect plus a dynamic client, which writes objects
-// the way the operator's Applier does.
-func (c *common) connectDynamic() (client.Client, dynamic.Interface, string, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if c.kubeconfig != "" {
-		rules.ExplicitPath = c.kubeconfig
-	}
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: c.context})
-	cfg, err := cc.ClientConfig()
-	if err != nil {
-		return nil, nil, "", err
-	}
-	ns, _, err := cc.Namespace()
-	if err != nil {
-		return nil, nil, "", err
-	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return nil, nil, "", err
-	}
-	if err := webappv1.AddToScheme(scheme); err != nil {
-		return nil, nil, "", err
-	}
-	cl, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return nil, nil, "", err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	return cl, dyn, ns, err
-}
 
 // dryRunSimpleWebApp returns the live SimpleWebApp of file (nil if none) and
 // what the API server would store if file's spec were applied: defaults,
@@ -64,7 +23,7 @@ func dryRunSimpleWebApp(ctx context.Context, cl client.Client, file *webappv1.Si
 	switch {
 	case apierrors.IsNotFound(err):
 		live = nil
-		next = file.DeepCopy()
+		next = forCreate(file)
 		err = cl.Create(ctx, next, client.DryRunAll)
 	case err != nil:
 		return nil, nil, err
@@ -83,6 +42,18 @@ func dryRunSimpleWebApp(ctx context.Context, cl client.Client, file *webappv1.Si
 		next.UID = types.UID("00000000-0000-0000-0000-000000000000")
 	}
 	return live, next, nil
+}
+
+// forCreate is what of file a create sends: `kubectl get -o yaml` of another
+// cluster (or of a deleted object) carries fields the server sets and a
+// create refuses (resourceVersion) or ignores (status).
+func forCreate(file *webappv1.SimpleWebApp) *webappv1.SimpleWebApp {
+	return &webappv1.SimpleWebApp{
+		TypeMeta: file.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Namespace: file.Namespace, Name: file.Name,
+			Labels: file.Labels, Annotations: file.Annotations, Finalizers: file.Finalizers},
+		Spec: *file.Spec.DeepCopy(),
+	}
 }
 
 // targetRelease is the version the reconciler applies for swa (its spec and

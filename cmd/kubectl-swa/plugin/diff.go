@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/pmezard/go-difflib/difflib"
+	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -27,79 +28,139 @@ import (
 	"example.com/simplewebapp-operator/internal/step"
 )
 
-// diff shows what applying each SimpleWebApp of -f would change in the
-// cluster: the SimpleWebApp itself (a dry-run update of its spec), then each
-// object the operator would write, dry-run server-side-applied as the
-// operator's field manager after the operator's own checks (patch policy,
-// security floor, ownership), then the objects it would prune.
-func diff(args []string, stdout, stderr io.Writer) (int, error) {
-	var c common
-	fs := newFlags("diff", &c, true)
-	if err := parse(fs, args); err != nil {
-		return ExitError, err
+const diffExample = `  # What applying web.yaml would change, as a unified diff
+  kubectl swa diff -f web.yaml
+
+  # What the operator would change now in the SimpleWebApps of namespace demo,
+  # for example after a channel update (no output and exit code 0: nothing)
+  kubectl get swa -n demo -o yaml | kubectl swa diff -f -
+
+  # With another diff program, which gets a directory of live and one of
+  # dry-run objects, as with kubectl diff
+  KUBECTL_EXTERNAL_DIFF="meld" kubectl swa diff -f web.yaml`
+
+func newDiffCommand(o *options) *cobra.Command {
+	var in input
+	cmd := &cobra.Command{
+		Use:   "diff (-f FILENAME | -k DIRECTORY)",
+		Short: "Show what applying SimpleWebApps would change, from a server-side dry-run",
+		Long: `Show what applying each SimpleWebApp of the input would change in the cluster:
+the SimpleWebApp itself (a dry-run of its spec), then each object the operator
+would write, dry-run server-side-applied as the operator's field manager after
+the operator's own checks (patch policy, security floor, ownership), then the
+objects it would prune. Nothing is written.
+
+The output is a unified diff of live against the dry-run result. When
+KUBECTL_EXTERNAL_DIFF is set, as with kubectl diff, the live and the dry-run
+objects are written to two directories instead and that program is run with
+them (arguments after the program name are passed when made of letters,
+digits, '-' and '=').
+
+Exit status, as kubectl diff: 0 no differences, 1 differences, above 1 an error
+or a refusal (with $KUBECTL_EXTERNAL_DIFF: its exit status).`,
+		Example: diffExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return o.diff(cmd.Context(), &in)
+		},
 	}
-	cl, dyn, ns, err := c.connectDynamic()
+	in.addFlags(cmd.Flags(), "diff")
+	return cmd
+}
+
+// diff is `kubectl swa diff` (its help says what it shows).
+func (o *options) diff(ctx context.Context, in *input) error {
+	ns, explicit, err := o.namespace(false)
 	if err != nil {
-		return ExitError, err
+		return err
 	}
-	apps, err := c.load(os.Stdin, ns)
+	us, err := in.load(o.streams.In, o.streams.ErrOut, ns, explicit)
 	if err != nil {
-		return ExitError, err
+		return err
 	}
-	d := differ{cl: cl, dyn: dyn, src: c.source(), out: stdout, log: stderr}
-	changed := false
+	apps, err := typedAll(us)
+	if err != nil {
+		return err
+	}
+	cl, dyn, err := o.connect()
+	if err != nil {
+		return err
+	}
+	// Without an external program each diff is written as soon as it is
+	// known, between the lines that say which version is rendered.
+	program := os.Getenv("KUBECTL_EXTERNAL_DIFF")
+	d := differ{cl: cl, dyn: dyn, src: in.source(), log: o.streams.ErrOut}
+	if program == "" {
+		d.out = o.streams.Out
+	}
 	for _, swa := range apps {
-		ch, err := d.one(context.Background(), swa)
-		if err != nil {
-			return ExitError, fmt.Errorf("SimpleWebApp %s/%s: %w", swa.Namespace, swa.Name, err)
+		if err := d.one(ctx, swa); err != nil {
+			return fmt.Errorf("SimpleWebApp %s/%s: %w", swa.Namespace, swa.Name, err)
 		}
-		changed = changed || ch
 	}
-	if changed {
-		return ExitChanges, nil
+	code := 0
+	if program != "" {
+		if code, err = d.external(program, o.streams.Out); err != nil {
+			return err
+		}
+	} else if d.changed {
+		code = ExitChanges
 	}
-	return ExitOK, nil
+	if code != 0 {
+		return exitCode(code)
+	}
+	return nil
 }
 
 type differ struct {
-	cl       client.Client
-	dyn      dynamic.Interface
-	src      render.Channels
-	out, log io.Writer
+	cl  client.Client
+	dyn dynamic.Interface
+	src render.Channels
+	log io.Writer
+	// out gets the unified diffs; when nil the pairs are kept for an
+	// external program.
+	out     io.Writer
+	pairs   []pair
+	changed bool
 }
 
-// one diffs one SimpleWebApp and reports whether anything would change.
-func (d *differ) one(ctx context.Context, file *webappv1.SimpleWebApp) (bool, error) {
+// pair is an object live (nil: absent) and after the dry-run (nil: pruned).
+type pair struct {
+	before, after *unstructured.Unstructured
+	note          string
+}
+
+// one adds the pairs of one SimpleWebApp.
+func (d *differ) one(ctx context.Context, file *webappv1.SimpleWebApp) error {
 	live, next, err := dryRunSimpleWebApp(ctx, d.cl, file)
 	if err != nil {
-		return false, err
+		return err
 	}
 	var liveObj, nextObj *unstructured.Unstructured
 	if live != nil {
 		if liveObj, err = toUnstructured(live); err != nil {
-			return false, err
+			return err
 		}
 	}
 	if nextObj, err = toUnstructured(next); err != nil {
-		return false, err
+		return err
 	}
-	changed, err := d.show("SimpleWebApp", liveObj, nextObj, "")
-	if err != nil {
-		return false, err
+	if err := d.add(pair{before: liveObj, after: nextObj}); err != nil {
+		return err
 	}
 	if next.Spec.Suspend {
 		fmt.Fprintf(d.log, "SimpleWebApp %s/%s: spec.suspend is true: the operator writes none of its objects\n", next.Namespace, next.Name)
-		return changed, nil
+		return nil
 	}
 
 	rel, why, err := targetRelease(ctx, d.src, next)
 	if err != nil {
-		return changed, err
+		return err
 	}
 	fmt.Fprintf(d.log, "SimpleWebApp %s/%s: version %s (%s)\n", next.Namespace, next.Name, rel.Version, why)
 	rendered, err := render.Render(rel, next)
 	if err != nil {
-		return changed, err
+		return err
 	}
 	desired := apply.DesiredObjects(next, rendered)
 	var keep []webappv1.ObjectReference
@@ -108,13 +169,11 @@ func (d *differ) one(ctx context.Context, file *webappv1.SimpleWebApp) (bool, er
 		keep = append(keep, webappv1.ObjectReference{Group: gvk.Group, Kind: gvk.Kind, Name: obj.GetName()})
 		before, after, err := d.dryRunApply(ctx, next, obj)
 		if err != nil {
-			return changed, err
+			return err
 		}
-		ch, err := d.show(gvk.Kind, before, after, "")
-		if err != nil {
-			return changed, err
+		if err := d.add(pair{before: before, after: after}); err != nil {
+			return err
 		}
-		changed = changed || ch
 	}
 	// What the inventory holds and the render does not is pruned once the
 	// new objects are rolled out.
@@ -124,17 +183,16 @@ func (d *differ) one(ctx context.Context, file *webappv1.SimpleWebApp) (bool, er
 		}
 		obj, err := d.get(ctx, next.Namespace, ref)
 		if err != nil {
-			return changed, err
+			return err
 		}
 		if obj == nil || !metav1.IsControlledBy(obj, next) {
 			continue
 		}
-		if _, err := d.show(ref.Kind, obj, nil, " (pruned once the new objects are rolled out)"); err != nil {
-			return changed, err
+		if err := d.add(pair{before: obj, note: " (pruned once the new objects are rolled out)"}); err != nil {
+			return err
 		}
-		changed = true
 	}
-	return changed, nil
+	return nil
 }
 
 // dryRunApply returns the live object (nil if none) and what the operator's
@@ -204,37 +262,42 @@ func (d *differ) get(ctx context.Context, ns string, ref webappv1.ObjectReferenc
 	return obj, err
 }
 
-// show prints the unified diff of before and after (either may be nil) and
-// reports whether they differ.
-func (d *differ) show(kind string, before, after *unstructured.Unstructured, note string) (bool, error) {
-	a, err := comparable(before)
-	if err != nil {
-		return false, err
+// add writes the unified diff of p if it differs, or keeps p for an
+// external program.
+func (d *differ) add(p pair) error {
+	if d.out == nil {
+		d.pairs = append(d.pairs, p)
+		return nil
 	}
-	b, err := comparable(after)
+	a, err := comparable(p.before)
 	if err != nil {
-		return false, err
+		return err
+	}
+	b, err := comparable(p.after)
+	if err != nil {
+		return err
 	}
 	if a == b {
-		return false, nil
+		return nil
 	}
-	obj := after
+	d.changed = true
+	obj, note := p.after, p.note
 	if obj == nil {
-		obj = before
+		obj = p.before
 	}
-	if before == nil {
+	if p.before == nil {
 		note = " (created)"
 	}
-	name := fmt.Sprintf("%s/%s/%s", kind, obj.GetNamespace(), obj.GetName())
+	name := fmt.Sprintf("%s/%s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
 	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
 		A: lines(a), B: lines(b),
 		FromFile: "live/" + name, ToFile: "dry-run/" + name + note, Context: 3,
 	})
 	if err != nil {
-		return false, err
+		return err
 	}
 	_, err = io.WriteString(d.out, text)
-	return true, err
+	return err
 }
 
 // comparable is obj as YAML without what every write changes (managedFields,

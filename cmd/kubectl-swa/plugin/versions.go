@@ -6,13 +6,14 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"os"
 	"path"
 	"slices"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/blang/semver/v4"
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/printers"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -20,87 +21,192 @@ import (
 	"example.com/simplewebapp-operator/internal/render"
 )
 
-// versions lists the channels and package versions the operator knows and,
-// for each SimpleWebApp of -f, the version it would run and why.
-func versions(args []string, stdout, stderr io.Writer) error {
-	var c common
+const versionsExample = `  # The channels and package versions the operator knows
+  kubectl swa versions
+
+  # Which version each SimpleWebApp of the cluster would move to, and why
+  kubectl get swa -A -o yaml | kubectl swa versions -f -
+
+  # The same for a file, without asking the cluster for the live status
+  kubectl swa versions -f web.yaml --offline -o json`
+
+func newVersionsCommand(o *options) *cobra.Command {
+	var in input
 	var offline bool
-	fs := newFlags("versions", &c, true)
-	fs.BoolVar(&offline, "offline", false, "do not read the SimpleWebApps' status from the cluster")
-	if err := parse(fs, args); err != nil {
-		return err
+	var output string
+	cmd := &cobra.Command{
+		Use:   "versions [-f FILENAME | -k DIRECTORY]",
+		Short: "List the channels and versions, and the version each SimpleWebApp would move to",
+		Long: `List the channels and package versions the operator knows (the embedded tree,
+with --channels-dir laid over it) and the withdrawn versions. With -f or -k, for
+each SimpleWebApp: the version it runs (read from the cluster unless
+--offline), the version the reconciler would apply and why (pinned, newest of
+a channel, held back after a rollback), and the move.`,
+		Example: versionsExample,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if output != "" && output != "json" && output != "yaml" {
+				return fmt.Errorf("unable to match a printer suitable for the output format %q, allowed formats are: json, yaml", output)
+			}
+			r, err := o.versions(cmd.Context(), &in, offline)
+			if err != nil {
+				return err
+			}
+			if output != "" {
+				return printData(o.streams.Out, output, r)
+			}
+			return r.print(o.streams.Out)
+		},
 	}
-	ctx := context.Background()
-	src := c.source()
-
-	if err := printChannels(ctx, stdout, src); err != nil {
-		return err
-	}
-	if c.file == "" {
-		return nil
-	}
-
-	var cl client.Client
-	fallback := "default"
-	if !offline {
-		var ns string
-		var err error
-		if cl, ns, err = c.connect(); err != nil {
-			fmt.Fprintf(stderr, "warning: no cluster (%v): answering from the file alone (--offline)\n", oneLine(err.Error()))
-			cl = nil
-		} else {
-			fallback = ns
-		}
-	}
-	apps, err := c.load(os.Stdin, fallback)
-	if err != nil {
-		return err
-	}
-	for _, swa := range apps {
-		if err := printApp(ctx, stdout, src, cl, swa); err != nil {
-			return err
-		}
-	}
-	return nil
+	in.addFlags(cmd.Flags(), "look at")
+	cmd.Flags().BoolVar(&offline, "offline", false, "Do not read the SimpleWebApps' status from the cluster.")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "Output format. One of: (json, yaml). Default: tables and text.")
+	return cmd
 }
 
-// printChannels prints each channel's versions and the package's.
-func printChannels(ctx context.Context, stdout io.Writer, src render.Channels) error {
-	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "CHANNEL\tNEWEST\tVERSIONS\tFROM")
+// versionsReport is what `kubectl swa versions` knows.
+type versionsReport struct {
+	Channels []channelReport `json:"channels"`
+	Package  struct {
+		Name     string   `json:"name"`
+		Versions []string `json:"versions"`
+	} `json:"package"`
+	Withdrawn      []withdrawnReport `json:"withdrawn,omitempty"`
+	WithdrawnError string            `json:"withdrawnError,omitempty"`
+	SimpleWebApps  []appReport       `json:"simpleWebApps,omitempty"`
+}
+
+type channelReport struct {
+	Name     string   `json:"name"`
+	Newest   string   `json:"newest,omitempty"`
+	Versions []string `json:"versions,omitempty"`
+	From     string   `json:"from"`
+	Error    string   `json:"error,omitempty"`
+}
+
+type withdrawnReport struct {
+	Version string `json:"version"`
+	Reason  string `json:"reason"`
+}
+
+// appReport is one SimpleWebApp: what runs (when the cluster was asked),
+// the version the reconciler would apply and why, and the move.
+type appReport struct {
+	Namespace      string `json:"namespace"`
+	Name           string `json:"name"`
+	Running        string `json:"running,omitempty"`
+	RunningVersion string `json:"runningVersion,omitempty"`
+	Desired        string `json:"desired,omitempty"`
+	Reason         string `json:"reason,omitempty"`
+	Would          string `json:"would"`
+}
+
+// versions lists the channels and package versions the operator knows and,
+// for each SimpleWebApp of in, the version it would run and why.
+func (o *options) versions(ctx context.Context, in *input, offline bool) (*versionsReport, error) {
+	src := in.source()
+	r := channelsReport(ctx, src)
+	if !in.given() {
+		return r, nil
+	}
+	var cl client.Client
+	if !offline {
+		_, _, err := o.namespace(false)
+		if err == nil {
+			cl, _, err = o.connect()
+		}
+		if err != nil {
+			fmt.Fprintf(o.streams.ErrOut, "warning: no cluster (%v): answering from the input alone (--offline)\n", oneLine(err.Error()))
+			cl = nil
+		}
+	}
+	ns, explicit, _ := o.namespace(true)
+	us, err := in.load(o.streams.In, o.streams.ErrOut, ns, explicit)
+	if err != nil {
+		return nil, err
+	}
+	apps, err := typedAll(us)
+	if err != nil {
+		return nil, err
+	}
+	for _, swa := range apps {
+		a, err := appVersions(ctx, src, cl, swa)
+		if err != nil {
+			return nil, err
+		}
+		r.SimpleWebApps = append(r.SimpleWebApps, a)
+	}
+	return r, nil
+}
+
+// channelsReport is each channel's versions and the package's.
+func channelsReport(ctx context.Context, src render.Channels) *versionsReport {
+	r := &versionsReport{}
 	for _, ch := range channelNames(src) {
 		listed, from, err := channelVersions(src, ch)
-		newest := "-"
+		c := channelReport{Name: ch, Versions: listed, From: from}
 		if rel, rerr := src.Resolve(ctx, webappv1.SimpleWebAppSpec{Channel: ch}); rerr == nil {
-			newest = rel.Version
+			c.Newest = rel.Version
 		} else if err == nil {
 			err = rerr
 		}
 		if err != nil {
-			fmt.Fprintf(w, "%s\t-\t%s\t%s\n", ch, oneLine(err.Error()), from)
-			continue
+			c.Newest, c.Versions, c.Error = "", nil, oneLine(err.Error())
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", ch, newest, strings.Join(listed, ", "), from)
+		r.Channels = append(r.Channels, c)
 	}
-	if err := w.Flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "\nPACKAGE %s: %s\n", render.PackageName, strings.Join(packageVersions(src), ", "))
+	r.Package.Name, r.Package.Versions = render.PackageName, packageVersions(src)
 	withdrawn, err := src.Withdrawals()
 	if err != nil {
-		fmt.Fprintf(stdout, "WITHDRAWN: %s\n", oneLine(err.Error()))
-		return nil
+		r.WithdrawnError = oneLine(err.Error())
 	}
 	for _, v := range slices.Sorted(maps.Keys(withdrawn)) {
-		fmt.Fprintf(stdout, "WITHDRAWN %s: %s\n", v, withdrawn[v].Reason)
+		r.Withdrawn = append(r.Withdrawn, withdrawnReport{Version: v, Reason: withdrawn[v].Reason})
+	}
+	return r
+}
+
+// print writes r for people: the channels as a table, then the package,
+// the withdrawn versions and each SimpleWebApp.
+func (r *versionsReport) print(out io.Writer) error {
+	table := &metav1.Table{ColumnDefinitions: []metav1.TableColumnDefinition{
+		{Name: "Channel", Type: "string"}, {Name: "Newest", Type: "string"},
+		{Name: "Versions", Type: "string"}, {Name: "From", Type: "string"},
+	}}
+	for _, c := range r.Channels {
+		newest, versions := c.Newest, strings.Join(c.Versions, ", ")
+		if c.Error != "" {
+			newest, versions = "-", c.Error
+		}
+		table.Rows = append(table.Rows, metav1.TableRow{Cells: []any{c.Name, newest, versions, c.From}})
+	}
+	if err := printers.NewTablePrinter(printers.PrintOptions{}).PrintObj(table, out); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nPACKAGE %s: %s\n", r.Package.Name, strings.Join(r.Package.Versions, ", "))
+	if r.WithdrawnError != "" {
+		fmt.Fprintf(out, "WITHDRAWN: %s\n", r.WithdrawnError)
+	}
+	for _, w := range r.Withdrawn {
+		fmt.Fprintf(out, "WITHDRAWN %s: %s\n", w.Version, w.Reason)
+	}
+	for _, a := range r.SimpleWebApps {
+		fmt.Fprintf(out, "\nSimpleWebApp %s/%s:\n", a.Namespace, a.Name)
+		if a.Running != "" {
+			fmt.Fprintf(out, "  running:  %s\n", a.Running)
+		}
+		if a.Desired != "" {
+			fmt.Fprintf(out, "  desired:  %s: %s\n", a.Desired, a.Reason)
+		}
+		fmt.Fprintf(out, "  would:    %s\n", a.Would)
 	}
 	return nil
 }
 
-// printApp prints what runs of swa (when the cluster is reachable: cl), the
+// appVersions is what runs of swa (when the cluster is reachable: cl), the
 // version it would get, and the move.
-func printApp(ctx context.Context, stdout io.Writer, src render.Channels, cl client.Client, swa *webappv1.SimpleWebApp) error {
-	fmt.Fprintf(stdout, "\nSimpleWebApp %s/%s:\n", swa.Namespace, swa.Name)
+func appVersions(ctx context.Context, src render.Channels, cl client.Client, swa *webappv1.SimpleWebApp) (appReport, error) {
+	a := appReport{Namespace: swa.Namespace, Name: swa.Name}
 	// The reconciler decides from the stored object: the spec of the file
 	// as the API server would store it, and the live status.
 	var live *webappv1.SimpleWebApp
@@ -108,33 +214,33 @@ func printApp(ctx context.Context, stdout io.Writer, src render.Channels, cl cli
 	if cl != nil {
 		var err error
 		if live, target, err = dryRunSimpleWebApp(ctx, cl, swa); err != nil {
-			return fmt.Errorf("SimpleWebApp %s/%s: %w", swa.Namespace, swa.Name, err)
+			return a, fmt.Errorf("SimpleWebApp %s/%s: %w", swa.Namespace, swa.Name, err)
 		}
 		if live == nil {
-			fmt.Fprintln(stdout, "  running:  nothing (not in the cluster)")
+			a.Running = "nothing (not in the cluster)"
 		} else {
-			fmt.Fprintf(stdout, "  running:  %s\n", running(live))
+			a.Running, a.RunningVersion = running(live), live.Status.Version
 		}
 	}
 	rel, why, err := targetRelease(ctx, src, target)
 	if err != nil {
-		fmt.Fprintf(stdout, "  would:    stall: %v\n", err)
-		return nil
+		a.Would = fmt.Sprintf("stall: %v", err)
+		return a, nil
 	}
-	fmt.Fprintf(stdout, "  desired:  %s: %s\n", rel.Version, why)
+	a.Desired, a.Reason = rel.Version, why
 	switch {
 	case live == nil && cl != nil:
-		fmt.Fprintf(stdout, "  would:    install %s\n", rel.Version)
+		a.Would = "install " + rel.Version
 	case live == nil:
-		fmt.Fprintf(stdout, "  would:    run %s\n", rel.Version)
+		a.Would = "run " + rel.Version
 	case live.Status.Version == rel.Version:
-		fmt.Fprintf(stdout, "  would:    stay at %s\n", rel.Version)
+		a.Would = "stay at " + rel.Version
 	case live.Status.Version == "":
-		fmt.Fprintf(stdout, "  would:    install %s\n", rel.Version)
+		a.Would = "install " + rel.Version
 	default:
-		fmt.Fprintf(stdout, "  would:    move %s -> %s (%s)\n", live.Status.Version, rel.Version, direction(live.Status.Version, rel.Version))
+		a.Would = fmt.Sprintf("move %s -> %s (%s)", live.Status.Version, rel.Version, direction(live.Status.Version, rel.Version))
 	}
-	return nil
+	return a, nil
 }
 
 func running(live *webappv1.SimpleWebApp) string {
