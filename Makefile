@@ -216,8 +216,10 @@ helm-template: tools ## Render the Helm chart (release HELM_RELEASE, namespace H
 		--set-string image.repository=$$name --set-string image.tag=$$tag --set-string image.digest=$$digest
 
 .PHONY: helm-sync
-helm-sync: ## Copy the generated CRD and ClusterRole (make manifests) into the Helm chart; tests/install checks they match.
+helm-sync: ## Copy the generated CRD and ClusterRole (make manifests) into the Helm chart and the CRD into kubectl swa; tests check they match.
 	cp config/crd/bases/example.com_simplewebapps.yaml $(HELM_CHART)/crds/
+	# kubectl swa validates offline against this embedded copy (go:embed cannot reach config/).
+	cp config/crd/bases/example.com_simplewebapps.yaml cmd/kubectl-swa/crd/
 	cp config/rbac/role.yaml $(HELM_CHART)/files/manager-role.yaml
 
 ##@ Helm chart and namespace mode
