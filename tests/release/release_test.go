@@ -154,7 +154,14 @@ func TestRelease(t *testing.T) {
 
 	sumsA, sumsB := readFile(t, filepath.Join(dirA, "SHA256SUMS")), readFile(t, filepath.Join(dirB, "SHA256SUMS"))
 	if !bytes.Equal(sumsA, sumsB) {
-		t.Fatalf("two releases of one commit differ:\n%s\n%s", sumsA, sumsB)
+		linesB := strings.Split(string(sumsB), "\n")
+		var differ []string
+		for _, l := range strings.Split(string(sumsA), "\n") {
+			if !slices.Contains(linesB, l) {
+				differ = append(differ, l)
+			}
+		}
+		t.Fatalf("two releases of one commit differ in\n  %s\nSHA256SUMS of the second:\n%s", strings.Join(differ, "\n  "), sumsB)
 	}
 
 	dir := dirA
