@@ -243,3 +243,18 @@ helm-docs: ## Regenerate the chart's README.md values table from the comments in
 .PHONY: helm-lint
 helm-lint: tools ## helm lint --strict the chart.
 	$(HELM) lint --strict $(HELM_CHART)
+
+##@ Release
+
+# make release VERSION=x.y.z: every file a release publishes, in RELEASE_DIR,
+# reproducibly (hack/release; docs/install.md#release-artifacts). The image is
+# IMG when given, else docker.io/library/simplewebapp-operator:$(VERSION);
+# RELEASE_URL is where the kubectl-swa archives will be downloaded from (the
+# krew manifest's uri).
+RELEASE_DIR    ?= dist
+RELEASE_URL    ?= https://github.com/example/simplewebapp-operator/releases/download/v$(VERSION)
+RELEASE_IMG     = $(if $(filter file,$(origin IMG)),docker.io/library/simplewebapp-operator:$(VERSION),$(IMG))
+
+.PHONY: release
+release: ## Write the release for VERSION into RELEASE_DIR (dist/): install YAMLs, Helm chart .tgz, image OCI archives (linux/amd64, arm64), kubectl-swa archives (linux, darwin, windows), krew manifest, CycloneDX SBOM, SHA256SUMS.
+	go run ./hack/release -version '$(VERSION)' -image '$(RELEASE_IMG)' -url '$(RELEASE_URL)' -o '$(RELEASE_DIR)'

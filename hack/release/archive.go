@@ -1,0 +1,79 @@
+package main
+
+import (
+	"archive/tar"
+	"archive/zip"
+	"bytes"
+	"compress/gzip"
+	"io/fs"
+	"slices"
+	"strings"
+	"time"
+)
+
+// file is one regular file of an archive.
+type file struct {
+	name string
+	mode int64
+	data []byte
+}
+
+func sortFiles(files []file) {
+	slices.SortFunc(files, func(a, b file) int { return strings.Compare(a.name, b.name) })
+}
+
+// tarGz is a gzipped tar of files, sorted by name, each with the time epoch
+// and owner 0:0 without names. compress/gzip writes neither a file name nor a
+// time into the gzip header, so the bytes depend on files and epoch only.
+func tarGz(files []file, epoch time.Time) ([]byte, error) {
+	sortFiles(files)
+	var raw bytes.Buffer
+	tw := tar.NewWriter(&raw)
+	for _, f := range files {
+		h := &tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: epoch, Typeflag: tar.TypeReg}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	var gz bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&gz, gzip.DefaultCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(raw.Bytes()); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return gz.Bytes(), nil
+}
+
+// zipOf is a zip of files, sorted by name, deflated, each with the time
+// epoch (in UTC, in the MS-DOS fields and the extended timestamp).
+func zipOf(files []file, epoch time.Time) ([]byte, error) {
+	sortFiles(files)
+	var b bytes.Buffer
+	zw := zip.NewWriter(&b)
+	for _, f := range files {
+		h := &zip.FileHeader{Name: f.name, Method: zip.Deflate, Modified: epoch.UTC()}
+		h.SetMode(fs.FileMode(f.mode))
+		w, err := zw.CreateHeader(h)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := w.Write(f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
