@@ -123,7 +123,7 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--allowed-images: %w", err)
 	}
 	if c.ChannelsDir != "" {
-		if _, err := os.Stat(c.ChannelsDir); err != nil {
+		if _, err := os.Stat(c.ChannelsDir); err != nil { //nolint:gosec // G703: the administrator's own flag, read as given
 			return fmt.Errorf("--channels-dir: %w", err)
 		}
 	}

@@ -31,8 +31,8 @@ func TestNextResult(t *testing.T) {
 		{"done, nothing to watch", outcome{}, reported{}, ctrl.Result{}, nil},
 		{"an upgrade under way: back at its deadline", outcome{gate: gate{requeueAfter: time.Minute}}, reported{}, ctrl.Result{RequeueAfter: time.Minute}, nil},
 		{"waiting for an upgrade slot", outcome{waitingForUpgrade: "2.0.0 waits"}, reported{}, ctrl.Result{RequeueAfter: upgradeSlotRetry}, nil},
-		{"a stale read: at once, rate-limited", outcome{staleRead: true}, reported{}, ctrl.Result{Requeue: true}, nil},
-		{"a status write that conflicted", outcome{}, reported{err: step.ErrStaleRead}, ctrl.Result{Requeue: true}, nil},
+		{"a stale read: at once, rate-limited", outcome{staleRead: true}, reported{}, ctrl.Result{Requeue: true}, nil},   //nolint:staticcheck // what nextResult returns on purpose
+		{"a status write that conflicted", outcome{}, reported{err: step.ErrStaleRead}, ctrl.Result{Requeue: true}, nil}, //nolint:staticcheck // what nextResult returns on purpose
 		{"the API server went away", outcome{failure: transient}, reported{unreachable: true}, ctrl.Result{RequeueAfter: unansweredRetry}, nil},
 		{"a transient failure: backoff", outcome{failure: transient}, reported{}, ctrl.Result{}, transient},
 		{"a field fight: after its backoff", outcome{failure: fight}, reported{}, ctrl.Result{RequeueAfter: 4 * time.Second}, nil},

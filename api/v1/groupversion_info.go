@@ -4,8 +4,9 @@
 package v1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -13,8 +14,16 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "example.com", Version: "v1"}
 
 	// SchemeBuilder registers the types of this package with a scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the types of this package to a scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
 )
+
+// addKnownTypes registers SimpleWebApp and SimpleWebAppList, and the meta
+// types (ListOptions, ...) of the group version.
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion, &SimpleWebApp{}, &SimpleWebAppList{})
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -275,7 +275,3 @@ type SimpleWebAppList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []SimpleWebApp `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&SimpleWebApp{}, &SimpleWebAppList{})
-}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -124,7 +125,7 @@ func runBare(ctx context.Context, dir, root string, o opts) (*bareResult, error)
 	d, ok := waitUntil(30*time.Minute, func() bool { return e.track.readyDeployments() >= o.n },
 		func() string { return fmt.Sprintf("%d/%d Deployments ready", e.track.readyDeployments(), o.n) })
 	if !ok {
-		return nil, fmt.Errorf("Deployments not ready")
+		return nil, errors.New("the Deployments did not become ready")
 	}
 	res.ReadySeconds = res.AppliedSeconds + d.Seconds()
 	logf("  all Ready after %.1fs", res.ReadySeconds)

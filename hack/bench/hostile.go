@@ -121,7 +121,7 @@ func bracketRatios(rounds []hostileRound) {
 		if r.Bombs == 0 || i == 0 || i == len(rounds)-1 {
 			continue
 		}
-		before, after := rounds[i-1], rounds[i+1]
+		before, after := rounds[i-1], rounds[i+1] //nolint:gosec // G602: i is neither the first nor the last (above)
 		if before.Bombs != 0 || after.Bombs != 0 {
 			continue
 		}

@@ -272,8 +272,9 @@ func machine() string {
 	mem := ""
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		var kb int
-		fmt.Sscanf(strings.SplitN(string(b), "\n", 2)[0], "MemTotal: %d kB", &kb)
-		mem = fmt.Sprintf(", %.0f GiB", float64(kb)/(1<<20))
+		if _, err := fmt.Sscanf(strings.SplitN(string(b), "\n", 2)[0], "MemTotal: %d kB", &kb); err == nil {
+			mem = fmt.Sprintf(", %.0f GiB", float64(kb)/(1<<20))
+		}
 	}
 	return fmt.Sprintf("%d CPUs (%s)%s, %s", runtime.NumCPU(), model, mem, runtime.Version())
 }

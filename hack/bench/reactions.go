@@ -75,7 +75,7 @@ func driftDelete(ctx context.Context, e *env, o opts) (phase, error) {
 		return e.C.Get(ctx, key, s) == nil && s.UID != uid
 	}, func() string { return "Service " + key.String() + " back" })
 	if !ok {
-		return phase{}, fmt.Errorf("Service %s not recreated", key)
+		return phase{}, fmt.Errorf("the Service %s was not recreated", key)
 	}
 	e.audit.waitQuiet(operatorUser, o.quiet, 2*time.Minute)
 	return phase{Seconds: d.Seconds(), Requests: summarise(e.audit.since(mark, operatorUser), true)}, nil

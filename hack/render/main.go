@@ -36,5 +36,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "render:", err)
 		os.Exit(1)
 	}
-	os.Stdout.Write(out)
+	if _, err := os.Stdout.Write(out); err != nil {
+		fmt.Fprintln(os.Stderr, "render:", err)
+		os.Exit(1)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -40,7 +41,11 @@ func fetch(ctx context.Context, svc, image, node string, timeout time.Duration) 
 	if err != nil {
 		return err
 	}
-	defer cs.CoreV1().Pods(pod.Namespace).Delete(context.WithoutCancel(ctx), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	defer func() {
+		if err := cs.CoreV1().Pods(pod.Namespace).Delete(context.WithoutCancel(ctx), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			fmt.Fprintf(os.Stderr, "runctl fetch: pod %s/%s left behind: %v\n", pod.Namespace, pod.Name, err)
+		}
+	}()
 	var phase corev1.PodPhase
 	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})

@@ -36,14 +36,14 @@ func ForeignSensitiveFields(entries []metav1.ManagedFieldsEntry) []string {
 		if !IsForeign(e) || e.FieldsV1 == nil {
 			continue
 		}
-		if fields := SensitiveFields(e.FieldsV1.Raw); len(fields) > 0 {
+		if fields := SensitiveFields(e.FieldsV1.GetRawBytes()); len(fields) > 0 {
 			out = append(out, fmt.Sprintf("%s (%s)", e.Manager, strings.Join(fields, ", ")))
 		}
 	}
 	return out
 }
 
-// IsForeign: the entry is another field manager's, outside subresources.
+// IsForeign says whether the entry is another field manager's, outside subresources.
 func IsForeign(e metav1.ManagedFieldsEntry) bool {
 	return e.Subresource == "" && !slices.Contains(ourManagers, e.Manager)
 }
@@ -90,7 +90,7 @@ func leftover(entries []metav1.ManagedFieldsEntry) bool {
 			continue
 		}
 		s := fieldpath.NewSet()
-		if s.FromJSON(bytes.NewReader(e.FieldsV1.Raw)) != nil {
+		if s.FromJSON(bytes.NewReader(e.FieldsV1.GetRawBytes())) != nil {
 			continue
 		}
 		switch e.Operation {
@@ -128,9 +128,9 @@ func takeOverPatch(obj *unstructured.Unstructured, handoffPaths []string) ([]byt
 			absorb = true
 		case e.Manager == render.ManagerName && e.Subresource == "" && e.Operation == metav1.ManagedFieldsOperationUpdate:
 			absorb = true
-		case IsForeign(e) && e.FieldsV1 != nil && len(SensitiveFields(e.FieldsV1.Raw)) > 0:
+		case IsForeign(e) && e.FieldsV1 != nil && len(SensitiveFields(e.FieldsV1.GetRawBytes())) > 0:
 			absorb = true
-			taken = append(taken, fmt.Sprintf("%s (%s)", e.Manager, strings.Join(SensitiveFields(e.FieldsV1.Raw), ", ")))
+			taken = append(taken, fmt.Sprintf("%s (%s)", e.Manager, strings.Join(SensitiveFields(e.FieldsV1.GetRawBytes()), ", ")))
 		}
 		if !absorb {
 			keep = append(keep, e)
@@ -138,7 +138,7 @@ func takeOverPatch(obj *unstructured.Unstructured, handoffPaths []string) ([]byt
 		}
 		if e.FieldsV1 != nil {
 			s := fieldpath.NewSet()
-			if err := s.FromJSON(bytes.NewReader(e.FieldsV1.Raw)); err != nil {
+			if err := s.FromJSON(bytes.NewReader(e.FieldsV1.GetRawBytes())); err != nil {
 				return nil, nil, fmt.Errorf("managed fields of %s: %w", e.Manager, err)
 			}
 			if e.Manager == HandoffManager {
@@ -180,7 +180,7 @@ func appliedEntry(manager string, fields *fieldpath.Set, old *metav1.ManagedFiel
 	}
 	e := metav1.ManagedFieldsEntry{
 		Manager: manager, Operation: metav1.ManagedFieldsOperationApply, APIVersion: apiVersion,
-		FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: raw},
+		FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(string(raw)),
 	}
 	if old != nil {
 		e.APIVersion, e.Time = old.APIVersion, old.Time

@@ -167,7 +167,7 @@ func takeOverKeepsTheHandoffFields(t *testing.T, ri dynamic.ResourceInterface) {
 		handoffOwnsReplicas := false
 		for _, e := range live.GetManagedFields() {
 			if e.Manager == HandoffManager && e.Operation == metav1.ManagedFieldsOperationApply && e.FieldsV1 != nil {
-				handoffOwnsReplicas = strings.Contains(string(e.FieldsV1.Raw), `"f:replicas"`)
+				handoffOwnsReplicas = strings.Contains(e.FieldsV1.GetRawString(), `"f:replicas"`)
 			}
 		}
 		if want := c.handoffPaths != nil; handoffOwnsReplicas != want {

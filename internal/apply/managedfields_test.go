@@ -11,7 +11,7 @@ import (
 // Foreign managers are taken over only for fields that matter.
 func TestForeignSensitiveFields(t *testing.T) {
 	entry := func(manager, sub, fields string) metav1.ManagedFieldsEntry {
-		return metav1.ManagedFieldsEntry{Manager: manager, Subresource: sub, FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}
+		return metav1.ManagedFieldsEntry{Manager: manager, Subresource: sub, FieldsV1: metav1.NewFieldsV1(fields)}
 	}
 	for _, tc := range []struct {
 		name string

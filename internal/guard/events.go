@@ -137,7 +137,7 @@ func (w *EventWriter) Start(ctx context.Context) error {
 	return nil
 }
 
-// NeedLeaderElection: events queued before the lease is won are posted too.
+// NeedLeaderElection is false: events queued before the lease is won are posted too.
 func (w *EventWriter) NeedLeaderElection() bool { return false }
 
 // eventRetry retries a post that failed for a reason that may pass (the API

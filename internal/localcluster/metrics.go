@@ -123,7 +123,7 @@ func createMetricsService(ctx context.Context, client kubernetes.Interface, port
 		Spec: corev1.ServiceSpec{
 			Type:         corev1.ServiceTypeExternalName,
 			ExternalName: "127.0.0.1",
-			Ports:        []corev1.ServicePort{{Name: "https", Port: int32(port)}},
+			Ports:        []corev1.ServicePort{{Name: "https", Port: int32(port)}}, //nolint:gosec // G115: a TCP port (FreePorts)
 		},
 	}
 	if _, err := client.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

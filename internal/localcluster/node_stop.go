@@ -577,7 +577,7 @@ func nodeProcesses(binDir, dir string) []string {
 			continue
 		}
 		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
-		if err != nil || !(strings.HasPrefix(exe, binDir+"/") || strings.HasPrefix(exe, dir+"/")) {
+		if err != nil || (!strings.HasPrefix(exe, binDir+"/") && !strings.HasPrefix(exe, dir+"/")) {
 			continue
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))

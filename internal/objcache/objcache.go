@@ -118,7 +118,7 @@ func trimManagedFields(obj any) (any, error) {
 			continue
 		}
 		switch {
-		case e.FieldsV1 != nil && len(apply.SensitiveFields(e.FieldsV1.Raw)) == 0:
+		case e.FieldsV1 != nil && len(apply.SensitiveFields(e.FieldsV1.GetRawBytes())) == 0:
 			// A foreign manager's fields are read only when they matter.
 			e.FieldsV1 = nil
 		}

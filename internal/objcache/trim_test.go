@@ -13,8 +13,8 @@ import (
 // The cache keeps which foreign managers own what outside status: not the
 // operator's own entries, nor those of subresources.
 func TestTrimManagedFields(t *testing.T) {
-	raw := &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}
-	sidecar := &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{}}}}}`)}
+	raw := metav1.NewFieldsV1(`{"f:spec":{}}`)
+	sidecar := metav1.NewFieldsV1(`{"f:spec":{"f:template":{"f:spec":{"f:containers":{}}}}}`)
 	d := &appsv1.Deployment{}
 	d.ManagedFields = []metav1.ManagedFieldsEntry{
 		{Manager: render.ManagerName, Operation: metav1.ManagedFieldsOperationApply, FieldsV1: raw},

@@ -83,9 +83,9 @@ func TestByteLRUNeverExceedsItsBudget(t *testing.T) {
 	const budget = 1000
 	c := newByteLRU[[]byte](budget, nil)
 	var wg sync.WaitGroup
-	for w := range 4 {
+	for w := range uint64(4) {
 		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(w), 1))
+			r := rand.New(rand.NewPCG(w, 1))
 			for range 2000 {
 				k := fmt.Sprint(r.IntN(50))
 				if r.IntN(3) == 0 {

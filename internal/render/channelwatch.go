@@ -31,7 +31,7 @@ type ChannelWatcher struct {
 	Events   chan event.GenericEvent
 }
 
-// NeedLeaderElection: only the leader reconciles, so only it needs to know.
+// NeedLeaderElection is true: only the leader reconciles, so only it needs to know.
 func (w *ChannelWatcher) NeedLeaderElection() bool { return true }
 
 // Start polls until ctx ends. Every change seen between two polls is

@@ -51,7 +51,7 @@ func (p ImagePolicy) Validate() error {
 	return nil
 }
 
-// AllowsAny: every image is allowed (digests aside).
+// AllowsAny says whether every image is allowed (digests aside).
 func (p ImagePolicy) AllowsAny() bool {
 	return len(p.Allowed) == 0 || slices.Contains(p.Allowed, "*")
 }

@@ -3,12 +3,12 @@ package render
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"io"
+	"hash"
 	"io/fs"
 )
 
 // hashFiles writes every file of a package, with its path, into h.
-func hashFiles(h io.Writer, files fs.FS) error {
+func hashFiles(h hash.Hash, files fs.FS) error {
 	return fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err

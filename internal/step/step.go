@@ -42,7 +42,7 @@ func As(err error, reason string) *Error {
 	return &Error{Reason: reason, Message: err.Error()}
 }
 
-// ErrStaleRead: the cache holds an older copy of an object than the
+// ErrStaleRead says the cache holds an older copy of an object than the
 // operator's own last write. Not a failure: requeued through the rate
 // limiter until the cache catches up.
 var ErrStaleRead = errors.New("the cache is behind the operator's last write")

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,7 +116,7 @@ func TestWaits(t *testing.T) {
 	n := 0
 	testkit.WaitFor(t, 5*time.Second, "the third poll", func(context.Context) (bool, string) {
 		n++
-		return n == 3, "poll " + string(rune('0'+n))
+		return n == 3, "poll " + strconv.Itoa(n)
 	}, testkit.Every(time.Millisecond))
 
 	_, seen, err := testkit.Poll(t.Context(), time.Millisecond, 20*time.Millisecond, func(context.Context) (bool, string, error) {

@@ -32,7 +32,7 @@ func ReplicasOwners(d *appsv1.Deployment) []string {
 		var fields struct {
 			Spec map[string]json.RawMessage `json:"f:spec"`
 		}
-		if f.FieldsV1 == nil || json.Unmarshal(f.FieldsV1.Raw, &fields) != nil {
+		if f.FieldsV1 == nil || json.Unmarshal(f.FieldsV1.GetRawBytes(), &fields) != nil {
 			continue
 		}
 		if _, ok := fields.Spec["f:replicas"]; ok {

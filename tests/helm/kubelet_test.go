@@ -158,7 +158,7 @@ func (k *testKubelet) run(ctx context.Context, p *corev1.Pod) (podRun, error) {
 		if err != nil {
 			code = 1
 			if ee, ok := err.(*exec.ExitError); ok {
-				code = int32(ee.ExitCode())
+				code = int32(ee.ExitCode()) //nolint:gosec // G115: an exit status, -1 to 255
 			}
 			run.failed = fmt.Sprintf("%s (exit %d): %s", c.Name, code, strings.TrimSpace(out.String()))
 		}

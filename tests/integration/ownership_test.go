@@ -53,7 +53,6 @@ func TestPrecreatedNextConfigMapIsNotAdopted(t *testing.T) {
 	ns := testkit.Namespace(t, k8s, testNS)
 	create(t, newWebApp(ns, "hash", 1, "first"))
 	rolledOutAndReady(t, ns, "hash")
-	before := snapshot(t, ns)
 
 	next := newWebApp(ns, "hash", 1, "second")
 	rel, err := render.Channels{FS: testChannels()}.Resolve(context.Background(), next.Spec)
@@ -71,7 +70,7 @@ func TestPrecreatedNextConfigMapIsNotAdopted(t *testing.T) {
 		}
 	}
 	create(t, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string]string{"message": "planted"}})
-	before = snapshot(t, ns)
+	before := snapshot(t, ns)
 
 	update(t, ns, "hash", func(s *webappv1.SimpleWebApp) { s.Spec.Message = "second" })
 	waitCondition(t, ns, "hash", webappv1.ConditionStalled, metav1.ConditionTrue, webappv1.ReasonObjectNotOwned)

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 )
@@ -42,8 +43,8 @@ func withoutGrafanaVariables(expr string) string {
 	var b strings.Builder
 	inBrackets := 0
 	for i := 0; i < len(expr); {
-		switch c := expr[i]; {
-		case c == '"' || c == '\'' || c == '`':
+		switch c := expr[i]; c {
+		case '"', '\'', '`':
 			j := i + 1
 			for j < len(expr) && expr[j] != c {
 				if expr[j] == '\\' && c != '`' {
@@ -54,7 +55,7 @@ func withoutGrafanaVariables(expr string) string {
 			j = min(j+1, len(expr))
 			b.WriteString(expr[i:j])
 			i = j
-		case c == '$':
+		case '$':
 			m := grafanaVar.FindString(expr[i:])
 			if m == "" {
 				b.WriteByte(c)
@@ -68,9 +69,10 @@ func withoutGrafanaVariables(expr string) string {
 			}
 			i += len(m)
 		default:
-			if c == '[' {
+			switch c {
+			case '[':
 				inBrackets++
-			} else if c == ']' {
+			case ']':
 				inBrackets--
 			}
 			b.WriteByte(c)
@@ -97,7 +99,7 @@ func Refs(expr string) (Ref, error) {
 			name := n.Name
 			var matched []string
 			for _, m := range n.LabelMatchers {
-				if m.Name != labels.MetricName {
+				if m.Name != model.MetricNameLabel {
 					matched = append(matched, m.Name)
 				} else if name == "" && m.Type == labels.MatchEqual {
 					name = m.Value

@@ -64,7 +64,7 @@ func TestAutoscalesOnRealCPU(t *testing.T) {
 		return *d.Spec.Replicas == maxReplicas, fmt.Sprintf("Deployment replicas %d; HPA %s; pod %s CPU %s", *d.Spec.Replicas, hpaSeen(h), pod.Name, peak)
 	}, waitOpts(ns))
 	scaledOut := time.Since(loaded)
-	a = waitSettled(t, ns, name, maxReplicas)
+	waitSettled(t, ns, name, maxReplicas)
 	stop()
 	t.Logf("FIGURE realnode: under %d clients (%d requests answered) the HPA scaled %d -> %d in %s (pod %s used %s CPU; request 10m)",
 		loadWorkers, served.Load(), minReplicas, maxReplicas, scaledOut.Round(time.Millisecond), pod.Name, peak)

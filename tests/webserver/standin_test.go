@@ -183,7 +183,7 @@ func unpack(t *testing.T, layer []byte, dir string) {
 		if !filepath.IsLocal(h.Name) {
 			t.Fatalf("layer entry %q outside the root", h.Name)
 		}
-		p := filepath.Join(dir, h.Name)
+		p := filepath.Join(dir, h.Name) //nolint:gosec // G305: h.Name is local (filepath.IsLocal above)
 		switch h.Typeflag {
 		case tar.TypeDir:
 			err = os.Mkdir(p, 0o755)
@@ -277,7 +277,7 @@ func runStandin(t *testing.T, runc string, cf *v1.ConfigFile, layer []byte, conf
 		}
 		pipes = append(pipes, w)
 		wg.Add(1)
-		go func() { defer wg.Done(); io.Copy(&logs, r); r.Close() }()
+		go func() { defer wg.Done(); _, _ = io.Copy(&logs, r); r.Close() }()
 	}
 	run := rc("run", "--detach", "--bundle", dir, id)
 	run.Stdout, run.Stderr = pipes[0], pipes[1]
