@@ -66,9 +66,10 @@ sync-version: ## Write VERSION into the chart (version, appVersion), config/mana
 	sed -i -E 's/^(var Operator = ).*/\1"$(VERSION)"/' internal/version/version.go
 
 .PHONY: tools
-tools: ## Build (or reuse from the cache) the local control plane binaries and metrics-server; as root also the real node's (profile node; installs the Debian packages of hack/tools/node-deps.sh if missing).
+tools: ## Build (or reuse from the cache) the local control plane binaries, metrics-server and promtool; as root also the real node's (profile node; installs the Debian packages of hack/tools/node-deps.sh if missing).
 	bash hack/tools/build.sh >/dev/null
 	bash hack/tools/build-metrics-server.sh >/dev/null
+	bash hack/tools/build-tool.sh promtool >/dev/null
 	@if [ "$$(id -u)" = 0 ]; then \
 		bash hack/tools/node-deps.sh; \
 		bash hack/tools/build-node.sh >/dev/null; \
