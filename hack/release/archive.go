@@ -14,7 +14,7 @@ import (
 // file is one regular file of an archive.
 type file struct {
 	name string
-	mode int64
+	mode fs.FileMode
 	data []byte
 }
 
@@ -30,7 +30,7 @@ func tarGz(files []file, epoch time.Time) ([]byte, error) {
 	var raw bytes.Buffer
 	tw := tar.NewWriter(&raw)
 	for _, f := range files {
-		h := &tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.data)), ModTime: epoch, Typeflag: tar.TypeReg}
+		h := &tar.Header{Name: f.name, Mode: int64(f.mode), Size: int64(len(f.data)), ModTime: epoch, Typeflag: tar.TypeReg}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, err
 		}
@@ -63,7 +63,7 @@ func zipOf(files []file, epoch time.Time) ([]byte, error) {
 	zw := zip.NewWriter(&b)
 	for _, f := range files {
 		h := &zip.FileHeader{Name: f.name, Method: zip.Deflate, Modified: epoch.UTC()}
-		h.SetMode(fs.FileMode(f.mode))
+		h.SetMode(f.mode)
 		w, err := zw.CreateHeader(h)
 		if err != nil {
 			return nil, err

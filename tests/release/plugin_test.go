@@ -64,7 +64,7 @@ func (r *releaseDir) pluginFiles(t *testing.T, goos, arch string) (bin, license 
 		tes := readTarGz(t, r.file(t, name))
 		r.checkEntries(t, name, tes)
 		for _, e := range tes {
-			es = append(es, entry{e.h.Name, os.FileMode(e.h.Mode), e.data})
+			es = append(es, entry{e.h.Name, e.h.FileInfo().Mode(), e.data})
 		}
 	}
 	if len(es) != 2 || es[0].name != "LICENSE" || es[0].mode != 0o644 || es[1].name != exe(goos) || es[1].mode != 0o755 {
