@@ -69,7 +69,7 @@ func externalCommand(program, from, to string) *exec.Cmd {
 			args = append(args, w)
 		}
 	}
-	return exec.Command(words[0], args...)
+	return exec.Command(words[0], args...) //nolint:gosec // G204: the user's own KUBECTL_EXTERNAL_DIFF, run as kubectl diff runs it.
 }
 
 // fileName is kubectl diff's name for obj: [group.]version.kind.namespace.name.
