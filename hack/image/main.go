@@ -23,7 +23,6 @@ package main
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"debug/elf"
 	"encoding/json"
 	"errors"
@@ -37,7 +36,6 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -47,6 +45,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"example.com/simplewebapp-operator/hack/internal/reproducible"
 )
 
 // The image's name in config/default (hack/install.ImageName, not imported:
@@ -131,7 +131,7 @@ func run(arch, image, out, bin string) error {
 	if _, ok := arches[arch]; !ok {
 		return fmt.Errorf("-arch %q: one of %s", arch, strings.Join(sortedArches(), ", "))
 	}
-	root, err := repoRoot()
+	root, err := reproducible.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -197,25 +197,6 @@ func run(arch, image, out, bin string) error {
 	return nil
 }
 
-// repoRoot is the checkout that holds hack/build.sh, from the working
-// directory up.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "hack", "build.sh")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("run it inside the repository: no hack/build.sh in any directory above")
-		}
-		dir = parent
-	}
-}
-
 // stamps reads the version and revision that hack/build.sh stamps into the
 // binaries from its linker flags.
 func stamps(root string) (version, revision string, err error) {
@@ -234,24 +215,15 @@ func stamps(root string) (version, revision string, err error) {
 	return string(v[1]), string(r[1]), nil
 }
 
-// sourceDateEpoch is SOURCE_DATE_EPOCH, else the commit time of HEAD, else
-// the Unix epoch (no git).
+// sourceDateEpoch is reproducible.SourceDateEpoch, with the Unix epoch when
+// there is no commit time: an image built from a tarball of the source is
+// still reproducible.
 func sourceDateEpoch(root string) (time.Time, error) {
-	if s := os.Getenv("SOURCE_DATE_EPOCH"); s != "" {
-		sec, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || sec < 0 {
-			return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q: not seconds since the Unix epoch", s)
-		}
-		return time.Unix(sec, 0).UTC(), nil
+	t, err := reproducible.SourceDateEpoch(root)
+	if errors.Is(err, reproducible.ErrNoCommitTime) {
+		return time.Unix(0, 0).UTC(), nil
 	}
-	cmd := exec.Command("git", "log", "-1", "--format=%ct", "HEAD")
-	cmd.Dir = root
-	if out, err := cmd.Output(); err == nil {
-		if sec, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err == nil {
-			return time.Unix(sec, 0).UTC(), nil
-		}
-	}
-	return time.Unix(0, 0).UTC(), nil
+	return t, err
 }
 
 // checkBinary refuses what the image cannot run: another architecture (a
@@ -370,20 +342,13 @@ func layerOf(es []entry, epoch time.Time) (v1.Layer, error) {
 		return nil, err
 	}
 	// Compressed here, not by ggcr, so that the level (and so the digest)
-	// is this file's choice. compress/gzip writes no time or name.
-	var gz bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&gz, gzip.DefaultCompression)
+	// is this file's choice.
+	gz, err := reproducible.Gzip(raw.Bytes())
 	if err != nil {
 		return nil, err
 	}
-	if _, err := zw.Write(raw.Bytes()); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(gz.Bytes())), nil
+		return io.NopCloser(bytes.NewReader(gz)), nil
 	}, tarball.WithMediaType(types.OCILayer))
 }
 

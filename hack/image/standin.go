@@ -24,6 +24,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"example.com/simplewebapp-operator/hack/internal/reproducible"
 )
 
 const (
@@ -116,7 +118,7 @@ func runWebStandin(arch, image, out string) error {
 	if _, ok := arches[arch]; !ok {
 		return fmt.Errorf("-arch %q: one of %s", arch, strings.Join(sortedArches(), ", "))
 	}
-	root, err := repoRoot()
+	root, err := reproducible.RepoRoot()
 	if err != nil {
 		return err
 	}

@@ -4,11 +4,12 @@ import (
 	"archive/tar"
 	"archive/zip"
 	"bytes"
-	"compress/gzip"
 	"io/fs"
 	"slices"
 	"strings"
 	"time"
+
+	"example.com/simplewebapp-operator/hack/internal/reproducible"
 )
 
 // file is one regular file of an archive.
@@ -41,18 +42,7 @@ func tarGz(files []file, epoch time.Time) ([]byte, error) {
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
-	var gz bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&gz, gzip.DefaultCompression)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := zw.Write(raw.Bytes()); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	return gz.Bytes(), nil
+	return reproducible.Gzip(raw.Bytes())
 }
 
 // zipOf is a zip of files, sorted by name, deflated, each with the time

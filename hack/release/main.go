@@ -17,7 +17,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,6 +32,7 @@ import (
 	"sigs.k8s.io/kustomize/api/pkg/util"
 
 	"example.com/simplewebapp-operator/hack/install"
+	"example.com/simplewebapp-operator/hack/internal/reproducible"
 )
 
 // platform is a GOOS/GOARCH pair.
@@ -104,7 +104,7 @@ type release struct {
 }
 
 func run(version, image, url, out string) error {
-	root, err := repoRoot()
+	root, err := reproducible.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func run(version, image, url, out string) error {
 		return err
 	}
 	r := &release{root: root, version: version, image: image, url: strings.TrimSuffix(url, "/")}
-	if r.epoch, err = sourceDateEpoch(root); err != nil {
+	if r.epoch, err = reproducible.SourceDateEpoch(root); err != nil {
 		return err
 	}
 	if err := r.stamp(); err != nil {
@@ -387,43 +387,4 @@ func fileSHA256(p string) (string, error) {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// repoRoot is the checkout that holds hack/build.sh, from the working
-// directory up.
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "hack", "build.sh")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("run it inside the repository: no hack/build.sh in any directory above")
-		}
-		dir = parent
-	}
-}
-
-// sourceDateEpoch is SOURCE_DATE_EPOCH, else the commit time of HEAD (as
-// hack/image takes it).
-func sourceDateEpoch(root string) (time.Time, error) {
-	s := os.Getenv("SOURCE_DATE_EPOCH")
-	if s == "" {
-		cmd := exec.Command("git", "log", "-1", "--format=%ct", "HEAD")
-		cmd.Dir = root
-		out, err := cmd.Output()
-		if err != nil {
-			return time.Time{}, fmt.Errorf("no SOURCE_DATE_EPOCH and no commit time (git log: %v)", err)
-		}
-		s = strings.TrimSpace(string(out))
-	}
-	sec, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || sec < 0 {
-		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH=%q: not seconds since the Unix epoch", s)
-	}
-	return time.Unix(sec, 0).UTC(), nil
 }
