@@ -478,33 +478,8 @@ func writeArchive(out string, img v1.Image, ref name.Tag, image string, epoch ti
 	if err != nil {
 		return v1.Hash{}, err
 	}
-	if err := writeFile(out, archive); err != nil {
+	if err := reproducible.WriteFile(out, bytes.NewReader(archive)); err != nil {
 		return v1.Hash{}, err
 	}
 	return img.Digest()
-}
-
-// writeFile replaces path with data in one rename: a failed build leaves
-// the previous archive, never half a file.
-func writeFile(p string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return err
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".image-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), p)
 }

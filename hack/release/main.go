@@ -351,29 +351,14 @@ func (r *release) publish(out string) ([]string, error) {
 	return names, nil
 }
 
+// copyFile publishes one staged file (reproducible.WriteFile).
 func copyFile(from, to string) error {
 	in, err := os.Open(from)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(to), ".release-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, in); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), to)
+	return reproducible.WriteFile(to, in)
 }
 
 func fileSHA256(p string) (string, error) {

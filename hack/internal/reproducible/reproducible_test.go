@@ -3,6 +3,9 @@ package reproducible
 import (
 	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -48,5 +51,28 @@ func TestGzipHasNoTime(t *testing.T) {
 	}
 	if !bytes.Equal(a, b) || !bytes.Equal(a[4:8], []byte{0, 0, 0, 0}) {
 		t.Fatalf("gzip output differs or carries a time: % x / % x", a[:10], b[:10])
+	}
+}
+
+// TestWriteFileReplacesWhole: the file is created with its directories, mode
+// 0644, replaced on a second write, and no temporary file stays behind.
+func TestWriteFileReplacesWhole(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "sub", "a.tar")
+	for _, content := range []string{"first, longer content", "second"} {
+		if err := WriteFile(p, strings.NewReader(content)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(p)
+		if err != nil || string(got) != content {
+			t.Fatalf("read %q, %v; want %q", got, err, content)
+		}
+	}
+	fi, err := os.Stat(p)
+	if err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("mode %v, %v; want 0644", fi.Mode(), err)
+	}
+	if entries, _ := os.ReadDir(filepath.Dir(p)); len(entries) != 1 {
+		t.Fatalf("%d entries in the directory, want only the file", len(entries))
 	}
 }
