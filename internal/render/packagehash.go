@@ -25,8 +25,9 @@ func hashFiles(h hash.Hash, files fs.FS) error {
 	})
 }
 
-// packageHash identifies a package's content.
-func packageHash(files fs.FS) (string, error) {
+// PackageHash identifies a package's content: a manifest-only re-ship of a
+// version has another one.
+func PackageHash(files fs.FS) (string, error) {
 	h := sha256.New()
 	err := hashFiles(h, files)
 	return hex.EncodeToString(h.Sum(nil)), err

@@ -32,6 +32,9 @@ type Release struct {
 	// Withdrawn is set when the version is withdrawn (WithdrawnFile) and the
 	// SimpleWebApp keeps it only because it already runs it (ResolveApp).
 	Withdrawn *Withdrawal
+	// Halted is the newest version of the channel that the operator halted
+	// for the fleet (Halts) and that the SimpleWebApp was held back from.
+	Halted *Withdrawal
 }
 
 // Channels resolves SimpleWebApps to package versions from trees laid out as
@@ -42,6 +45,16 @@ type Release struct {
 type Channels struct {
 	FS  fs.FS
 	Dir fs.FS
+	// Halts, when set, are versions the operator withdrew by itself for the
+	// fleet (internal/fleet): ResolveApp passes over them as over withdrawn
+	// ones, for SimpleWebApps that follow a channel.
+	Halts HaltedVersions
+}
+
+// HaltedVersions says whether a version, by its content (PackageHash), is
+// halted, and why.
+type HaltedVersions interface {
+	Halted(version, packageHash string) (reason string, halted bool)
 }
 
 // Resolve picks spec.version when set, else the newest version of the package

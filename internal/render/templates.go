@@ -128,7 +128,7 @@ func (t *templatePass) build(rel Release, swa *webappv1.SimpleWebApp, patches []
 	if err != nil {
 		return kustomizer{}.build(rel, swa, patches)
 	}
-	pkg, err := packageHash(rel.Files)
+	pkg, err := PackageHash(rel.Files)
 	if err != nil || !t.sameAsKustomize(rel, pkg) {
 		return t.counted(rel, swa, patches)
 	}

@@ -84,7 +84,7 @@ func TestTemplatesRenderAsKustomize(t *testing.T) {
 
 func mustPackageHash(t *testing.T, rel Release) string {
 	t.Helper()
-	h, err := packageHash(rel.Files)
+	h, err := PackageHash(rel.Files)
 	if err != nil {
 		t.Fatal(err)
 	}

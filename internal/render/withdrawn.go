@@ -63,26 +63,51 @@ func (c Channels) Withdrawals() (map[string]Withdrawal, error) {
 	return out, nil
 }
 
-// ResolveApp is Resolve for a SimpleWebApp, with withdrawn versions
-// honoured. A channel resolves to its newest version that is not withdrawn;
-// a pinned withdrawn version is refused (Stalled/VersionWithdrawn) unless
-// the SimpleWebApp already runs it: then it keeps running it, and the
+// ResolveApp is Resolve for a SimpleWebApp, with withdrawn and halted
+// versions honoured. A channel resolves to its newest version that is not
+// withdrawn or halted (the Release then names the halted version it passed
+// over); a pinned withdrawn version is refused (Stalled/VersionWithdrawn)
+// unless the SimpleWebApp already runs it: then it keeps running it, and the
 // Release says it is withdrawn, until its owner moves it. Moving it off by
-// force could be a downgrade the owner did not ask for.
+// force could be a downgrade the owner did not ask for. A pinned version is
+// never held back by a halt: its owner chose it.
 func (c Channels) ResolveApp(ctx context.Context, swa *webappv1.SimpleWebApp) (Release, error) {
 	withdrawn, err := c.Withdrawals()
 	if err != nil {
 		return Release{}, err
 	}
 	running := swa.Status.Version
+	halted := map[string]Withdrawal{}
 	skip := func(v string) bool {
 		_, w := withdrawn[v]
-		return w && v != running
+		_, h := halted[v]
+		return (w || h) && v != running
 	}
 	rel, err := c.resolve(ctx, swa.Spec, skip)
+	// Each pass skips one more halted version: the next newest may be
+	// halted too.
+	var first *Withdrawal
+	for err == nil && c.Halts != nil && rel.Channel != "" && rel.Version != running {
+		reason, ok := c.halted(rel)
+		if !ok {
+			break
+		}
+		w := Withdrawal{Package: PackageName, Version: rel.Version, Reason: reason}
+		halted[rel.Version] = w
+		if first == nil {
+			first = &w
+		}
+		channel, revision := rel.Channel, rel.ChannelRevision
+		if rel, err = c.resolve(ctx, swa.Spec, skip); err != nil && running != "" {
+			// The channel lists nothing else: the running version stays.
+			rel, err = c.resolve(ctx, webappv1.SimpleWebAppSpec{Version: running}, nil)
+			rel.Channel, rel.ChannelRevision = channel, revision
+		}
+	}
 	if err != nil {
 		return rel, err
 	}
+	rel.Halted = first
 	w, ok := withdrawn[rel.Version]
 	switch {
 	case !ok:
@@ -92,6 +117,15 @@ func (c Channels) ResolveApp(ctx context.Context, swa *webappv1.SimpleWebApp) (R
 		return rel, step.Stalled(webappv1.ReasonVersionWithdrawn, "version %s is withdrawn (%s): pin another version or follow a channel", rel.Version, w.Reason)
 	}
 	return rel, nil
+}
+
+// halted asks Halts about rel's version by its content.
+func (c Channels) halted(rel Release) (string, bool) {
+	hash, err := PackageHash(rel.Files)
+	if err != nil {
+		return "", false
+	}
+	return c.Halts.Halted(rel.Version, hash)
 }
 
 // latestNotSkipped is the channel's newest version of the package that skip

@@ -1,0 +1,116 @@
+package fleet
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Store is this process's copy of the roll-out states, read by the
+// reconciler (Admit, Halted) and kept by the Roller.
+type Store struct {
+	mu     sync.Mutex
+	loaded bool
+	states map[Key]*State
+	wanted map[Key]bool
+	poke   chan struct{}
+}
+
+// NewStore returns an empty Store, not loaded yet.
+func NewStore() *Store {
+	return &Store{states: map[Key]*State{}, wanted: map[Key]bool{}, poke: make(chan struct{}, 1)}
+}
+
+// Halted implements render.HaltedVersions.
+func (s *Store) Halted(version, packageHash string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.states[NewKey(version, packageHash)]
+	if st == nil || st.Halted == nil {
+		return "", false
+	}
+	return st.HaltMessage(), true
+}
+
+// State returns a copy of k's state, nil if it has none.
+func (s *Store) State(k Key) *State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.states[k]; st != nil {
+		c := *st
+		return &c
+	}
+	return nil
+}
+
+// Admit says why app ("namespace/name") may not start its upgrade to k yet,
+// or "" when it may. A roll-out that has no state yet is asked for.
+func (s *Store) Admit(k Key, app string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.states[k]
+	switch {
+	case !s.loaded:
+		return "waits for the roll-out states to be read"
+	case st == nil:
+		if !s.wanted[k] {
+			s.wanted[k] = true
+			select {
+			case s.poke <- struct{}{}:
+			default:
+			}
+		}
+		return fmt.Sprintf("waits for the fleet roll-out of %s to be planned", k)
+	case st.Halted != nil:
+		return st.HaltMessage()
+	case !st.Admits(app):
+		return fmt.Sprintf("waits for wave %d of %d of the fleet roll-out of %s (wave %d in progress)", st.WaveOf(app)+1, len(st.Waves)+1, k, st.Wave+1)
+	}
+	return ""
+}
+
+// set replaces the states with what the cluster holds.
+func (s *Store) set(states map[Key]*State) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.states, s.loaded = states, true
+	for k := range s.wanted {
+		if states[k] != nil {
+			delete(s.wanted, k)
+		}
+	}
+}
+
+// put records one state just written.
+func (s *Store) put(st *State) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.states[st.Key] = st
+	delete(s.wanted, st.Key)
+}
+
+// work is what the Roller looks at: states not done, and keys asked for.
+func (s *Store) work() (active []*State, wanted []Key) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.states {
+		if st.Halted == nil && !st.Complete {
+			c := *st
+			active = append(active, &c)
+		}
+	}
+	for k := range s.wanted {
+		wanted = append(wanted, k)
+	}
+	return active, wanted
+}
+
+// all returns copies of every state (for metrics).
+func (s *Store) all() []State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]State, 0, len(s.states))
+	for _, st := range s.states {
+		out = append(out, *st)
+	}
+	return out
+}
