@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"example.com/simplewebapp-operator/controllers"
+	"example.com/simplewebapp-operator/internal/fleet"
 	"example.com/simplewebapp-operator/internal/render"
 )
 
@@ -49,6 +50,11 @@ type Config struct {
 
 	AllowedImages      string
 	RequireImageDigest bool
+
+	RolloutWaves     bool
+	RolloutNamespace string
+	RolloutPolicy    fleet.Policy
+	RolloutEvery     time.Duration
 
 	ShowVersion bool
 	Zap         zap.Options
@@ -95,6 +101,15 @@ func parseFlags(args []string, inCluster bool) (*Config, error) {
 	fs.BoolVar(&c.RequireImageDigest, "require-image-digest", false, "Require every image of a SimpleWebApp to be pinned by digest (name@sha256:...); others are Stalled/ImageNotAllowed.")
 	fs.StringVar(&c.PprofAddr, "pprof-bind-address", "", "Address of Go's /debug/pprof endpoints (heap profiles for the benchmark); empty disables them.")
 	fs.DurationVar(&c.StuckAfter, "stuck-reconcile-timeout", 5*time.Minute, "/healthz fails (and the liveness probe restarts the operator) while a reconcile has run for longer than this.")
+	fs.BoolVar(&c.RolloutWaves, "rollout-waves", true, "Roll a channel's new version out over the SimpleWebApps in waves, and halt it for the whole fleet when its upgrades fail (the --rollout-* flags). false: every SimpleWebApp upgrades as soon as an upgrade slot is free, each with its own gate only.")
+	fs.StringVar(&c.RolloutNamespace, "rollout-namespace", "", "Namespace of the roll-out state ConfigMaps, shared by shards. Default: the pod's namespace, else --leader-election-namespace, else default.")
+	fs.IntVar(&c.RolloutPolicy.FirstWave, "rollout-first-wave", fleet.DefaultPolicy.FirstWave, "SimpleWebApps that try a new version first (Ready ones without patches or image of their own, one per namespace while there are others, picked by a hash of the version and their UID).")
+	fs.IntVar(&c.RolloutPolicy.SecondWavePercent, "rollout-second-wave-percent", fleet.DefaultPolicy.SecondWavePercent, "Percent of the SimpleWebApps wanting a version that try it in the second wave, once the first has it; then all the rest, --max-concurrent-upgrades at a time.")
+	fs.IntVar(&c.RolloutPolicy.HaltFailures, "rollout-halt-failures", fleet.DefaultPolicy.HaltFailures, "Failed upgrades to a version that halt it for the fleet (with --rollout-halt-percent and --rollout-halt-namespaces). Only apps Ready again on their old version, without patches or image of their own, count.")
+	fs.IntVar(&c.RolloutPolicy.HaltPercent, "rollout-halt-percent", fleet.DefaultPolicy.HaltPercent, "Least share, in percent, of the upgrades tried that must have failed to halt a version.")
+	fs.IntVar(&c.RolloutPolicy.HaltNamespaces, "rollout-halt-namespaces", fleet.DefaultPolicy.HaltNamespaces, "Least number of namespaces the counted failures must be in to halt a version, so one tenant cannot halt everyone's upgrades.")
+	fs.DurationVar(&c.RolloutPolicy.WaveTimeout, "rollout-wave-timeout", fleet.DefaultPolicy.WaveTimeout, "Longest an upgrade picked by a channel may take before it is rolled back, whatever its spec.upgradeTimeout, so no SimpleWebApp holds a wave longer.")
+	fs.DurationVar(&c.RolloutEvery, "rollout-poll-interval", 2*time.Second, "How often a roll-out under way is looked at (the SimpleWebApps listed, waves and failures counted); idle, nothing is sent.")
 	fs.BoolVar(&c.ShowVersion, "version", false, "Print the version, source revision and Go version, and exit.")
 	c.Zap.BindFlags(fs)
 	return c, fs.Parse(args)
@@ -121,6 +136,14 @@ func (c *Config) validate() error {
 	}
 	if c.images, err = render.ParseImagePolicy(c.AllowedImages, c.RequireImageDigest); err != nil {
 		return fmt.Errorf("--allowed-images: %w", err)
+	}
+	if c.RolloutWaves {
+		if err := c.RolloutPolicy.Validate(); err != nil {
+			return err
+		}
+		if c.RolloutEvery <= 0 {
+			return errors.New("--rollout-poll-interval must be positive")
+		}
 	}
 	if c.ChannelsDir != "" {
 		if _, err := os.Stat(c.ChannelsDir); err != nil { //nolint:gosec // G703: the administrator's own flag, read as given
@@ -184,4 +207,31 @@ func parseBytes(s string) (int64, error) {
 func runningInCluster() bool {
 	_, err := rest.InClusterConfig()
 	return err == nil
+}
+
+// serviceAccountNamespace is where the pod's ServiceAccount token says the
+// operator runs.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// rolloutNamespace is --rollout-namespace, else the pod's namespace, else
+// the leader election's, else default.
+func (c *Config) rolloutNamespace() string {
+	if c.RolloutNamespace != "" {
+		return c.RolloutNamespace
+	}
+	if b, err := os.ReadFile(serviceAccountNamespace); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b))
+	}
+	if c.LeaderElectNS != "" {
+		return c.LeaderElectNS
+	}
+	return "default"
+}
+
+// rollout is the controllers' roll-out configuration, nil when off.
+func (c *Config) rollout() *controllers.RolloutOptions {
+	if !c.RolloutWaves {
+		return nil
+	}
+	return &controllers.RolloutOptions{Namespace: c.rolloutNamespace(), Namespaces: c.namespaces, Policy: c.RolloutPolicy, Every: c.RolloutEvery}
 }

@@ -54,6 +54,7 @@ func run(ctx context.Context, cfg *Config, log logr.Logger) error {
 		Channels: source, ChannelsPollInterval: cfg.ChannelsPoll, MaxConcurrentReconciles: cfg.Workers,
 		StatusDelay: cfg.StatusDelay, MaxConcurrentUpgrades: cfg.Upgrades, Reach: reach,
 		RefusedPatches: cfg.RefusedPatches, Images: cfg.images, RenderCacheBytes: cfg.renderCacheBytes,
+		Rollout: cfg.rollout(),
 	})
 	if err != nil {
 		log.Error(err, "unable to set up controller")

@@ -173,7 +173,7 @@ func predictApplied(swa *webappv1.SimpleWebApp, rendered *render.Rendered, inv [
 		return nil
 	}
 	o.applied, o.objects, o.inventory, o.workload = true, rendered.Objects, inv, workload
-	o.gate = gateUpgrade(swa, o.release, o.heldBack, workload, time.Now())
+	o.gate = gateUpgrade(swa, o.release, o.heldBack, workload, time.Now(), 0) // a first apply: no upgrade
 	st := computeStatus(swa, o)
 	return &st
 }

@@ -41,6 +41,9 @@ func (r *SimpleWebAppReconciler) recordEvents(before, after *webappv1.SimpleWebA
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, webappv1.ReasonVersionWithdrawn, "Resolve",
 			"version %s is withdrawn (%s): it keeps running until spec.version or spec.channel moves it", w.Version, w.Reason)
 	}
+	if h := o.release.Halted; h != nil && !meta.IsStatusConditionTrue(before.Status.Conditions, webappv1.ConditionUpgradeHeld) {
+		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, webappv1.ReasonVersionHalted, "Resolve", "%s; version %s keeps running", h.Reason, o.release.Version)
+	}
 	if o.rolledBack {
 		fu := after.Status.FailedUpgrade
 		r.Recorder.Eventf(after, nil, corev1.EventTypeWarning, webappv1.ReasonRolledBack, "Rollback",
@@ -48,7 +51,7 @@ func (r *SimpleWebAppReconciler) recordEvents(before, after *webappv1.SimpleWebA
 	}
 	if up := after.Status.Upgrade; up != nil && before.Status.Upgrade == nil {
 		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "Upgrading", "Upgrade",
-			"upgrading from %s to %s; rolled back if not Ready within %s", up.From, up.To, upgradeTimeout(after))
+			"upgrading from %s to %s; rolled back if not Ready within %s", up.From, up.To, o.gate.timeout)
 	}
 	if len(o.takenOver) > 0 {
 		r.Recorder.Eventf(after, nil, corev1.EventTypeNormal, "DriftCorrected", "Apply",

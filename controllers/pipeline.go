@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/internal/fleet"
 	"example.com/simplewebapp-operator/internal/render"
 )
 
@@ -84,17 +85,31 @@ func (r *SimpleWebAppReconciler) resolve(ctx context.Context, swa *webappv1.Simp
 		o.heldBack = true
 	}
 	key := types.NamespacedName{Namespace: swa.Namespace, Name: swa.Name}
-	if !isUpgrade(swa, rel) || r.Upgrades.acquire(key, swa.Status.Upgrade != nil && swa.Status.Upgrade.To == rel.Version) {
+	underWay := swa.Status.Upgrade != nil && swa.Status.Upgrade.To == rel.Version
+	if r.Rollouts != nil && !o.heldBack && !underWay && fleet.RollsOut(swa, rel) {
+		k, err := fleet.KeyOf(rel)
+		if err != nil {
+			return rel, err
+		}
+		if wait := r.Rollouts.Admit(k, key.String()); wait != "" {
+			return r.keepRunning(ctx, swa, rel.Version+" "+wait, o)
+		}
+	}
+	if !fleet.IsUpgrade(swa, rel) || r.Upgrades.acquire(key, underWay) {
 		return rel, nil
 	}
-	// No upgrade slot: keep the running version (and correct its drift)
-	// until one frees up.
+	return r.keepRunning(ctx, swa, fmt.Sprintf("%s waits for an upgrade slot (%d upgrades in flight, --max-concurrent-upgrades)", rel.Version, r.Upgrades.inFlight()), o)
+}
+
+// keepRunning resolves the running version instead of an upgrade that has
+// to wait, and says why (its drift is still corrected meanwhile).
+func (r *SimpleWebAppReconciler) keepRunning(ctx context.Context, swa *webappv1.SimpleWebApp, why string, o *outcome) (render.Release, error) {
 	running, err := r.Channels.Resolve(ctx, webappv1.SimpleWebAppSpec{Version: swa.Status.Version})
 	if err != nil {
 		return running, err
 	}
 	running.Channel, running.ChannelRevision = swa.Status.Channel, ""
-	o.waitingForUpgrade = fmt.Sprintf("%s waits for an upgrade slot (%d upgrades in flight, --max-concurrent-upgrades)", rel.Version, r.Upgrades.inFlight())
+	o.waitingForUpgrade = why
 	return running, nil
 }
 
@@ -102,7 +117,7 @@ func (r *SimpleWebAppReconciler) resolve(ctx context.Context, swa *webappv1.Simp
 // healthy version (applying its render, which it returns) when the new one
 // is not Ready in time, and frees the upgrade slot once the upgrade is over.
 func (r *SimpleWebAppReconciler) gate(ctx context.Context, swa *webappv1.SimpleWebApp, rendered *render.Rendered, force bool, o *outcome) (*render.Rendered, error) {
-	o.gate = gateUpgrade(swa, o.release, o.heldBack, o.workload, time.Now())
+	o.gate = gateUpgrade(swa, o.release, o.heldBack, o.workload, time.Now(), r.WaveTimeout)
 	if o.gate.rollback {
 		back, err := r.lastHealthy(ctx, swa, o.release)
 		if err == nil {
@@ -137,10 +152,4 @@ func (r *SimpleWebAppReconciler) prune(ctx context.Context, swa *webappv1.Simple
 	if err != nil {
 		o.fail(err, webappv1.ReasonPruneFailed)
 	}
-}
-
-// isUpgrade: rel moves a SimpleWebApp that runs a healthy version to another.
-func isUpgrade(swa *webappv1.SimpleWebApp, rel render.Release) bool {
-	st := swa.Status
-	return st.LastHealthyVersion != "" && st.Version != "" && rel.Version != st.Version && rel.Version != st.LastHealthyVersion
 }

@@ -21,6 +21,7 @@ import (
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/internal/apply"
+	"example.com/simplewebapp-operator/internal/fleet"
 	"example.com/simplewebapp-operator/internal/guard"
 	"example.com/simplewebapp-operator/internal/metrics"
 	"example.com/simplewebapp-operator/internal/render"
@@ -44,6 +45,11 @@ type SimpleWebAppReconciler struct {
 	MaxConcurrentReconciles int
 	// Upgrades bounds the version roll-outs in flight.
 	Upgrades *upgradeSlots
+	// Rollouts admits upgrades a channel picked by the fleet's waves
+	// (internal/fleet); nil: every such upgrade is admitted at once.
+	Rollouts *fleet.Store
+	// WaveTimeout caps the upgrade timeout of channel upgrades (0: no cap).
+	WaveTimeout time.Duration
 	// Reach holds reconciles back while the API server cannot be reached.
 	Reach *guard.APIReach
 	// RefusedPatches: RefusedPatchesRemove (default) or RefusedPatchesReport.

@@ -1,13 +1,19 @@
 package controllers
 
 import (
+	"context"
+	"errors"
 	"time"
 
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
+	webappv1 "example.com/simplewebapp-operator/api/v1"
 	"example.com/simplewebapp-operator/internal/apply"
+	"example.com/simplewebapp-operator/internal/fleet"
 	"example.com/simplewebapp-operator/internal/guard"
 	"example.com/simplewebapp-operator/internal/render"
 )
@@ -54,6 +60,20 @@ type Options struct {
 	// Images are the container images SimpleWebApps may run (the zero value:
 	// any).
 	Images render.ImagePolicy
+	// Rollout rolls channel upgrades out over the fleet in waves, and halts
+	// a version whose upgrades fail (internal/fleet); nil: off.
+	Rollout *RolloutOptions
+}
+
+// RolloutOptions configure the fleet roll-outs.
+type RolloutOptions struct {
+	// Namespace holds the roll-out states (the operator's own).
+	Namespace string
+	// Namespaces are where SimpleWebApps are listed; empty: all.
+	Namespaces []string
+	Policy     fleet.Policy
+	// Every is how often a roll-out under way is looked at.
+	Every time.Duration
 }
 
 // Setup wires a SimpleWebAppReconciler into mgr, and a ChannelWatcher when
@@ -62,6 +82,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 	if err := opts.Images.Validate(); err != nil {
 		return nil, err
 	}
+	var rollouts *fleet.Store
 	dyn, err := dynamic.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return nil, err
@@ -79,6 +100,14 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 	if err := mgr.Add(events); err != nil {
 		return nil, err
 	}
+	var haltEvents chan event.GenericEvent
+	if opts.Rollout != nil {
+		if rollouts, err = setupRollouts(mgr, *opts.Rollout, &opts.Channels); err != nil {
+			return nil, err
+		}
+		haltEvents = make(chan event.GenericEvent)
+		rollouts.OnHalts = wakeOnHalts(mgr.GetClient(), haltEvents)
+	}
 	applier := apply.NewApplier(mgr.GetClient(), mgr.GetAPIReader(), dyn, mgr.GetRESTMapper())
 	r := &SimpleWebAppReconciler{
 		Client:                  mgr.GetClient(),
@@ -92,6 +121,10 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 		Reach:                   opts.Reach,
 		RefusedPatches:          opts.RefusedPatches,
 		Images:                  opts.Images,
+		Rollouts:                rollouts,
+	}
+	if opts.Rollout != nil {
+		r.WaveTimeout = opts.Rollout.Policy.WaveTimeout
 	}
 	if r.Reach == nil {
 		r.Reach = guard.NewAPIReach()
@@ -107,5 +140,56 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 			return nil, err
 		}
 	}
-	return r, r.SetupWithManager(mgr, channelEvents)
+	return r, r.SetupWithManager(mgr, channelEvents, haltEvents)
+}
+
+// setupRollouts adds the Roller to mgr and makes channels pass over the
+// versions it halts; the reconciler admits upgrades through the Store.
+func setupRollouts(mgr ctrl.Manager, opts RolloutOptions, channels *render.Channels) (*fleet.Store, error) {
+	if err := opts.Policy.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Namespace == "" {
+		return nil, errors.New("the roll-out states need a namespace")
+	}
+	if opts.Every <= 0 {
+		opts.Every = 2 * time.Second
+	}
+	// Uncached: a shard's cache holds only its own SimpleWebApps, and the
+	// roll-out counts the whole fleet's.
+	cl, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient()})
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return nil, err
+	}
+	store := fleet.NewStore()
+	channels.Halts = store
+	roller := &fleet.Roller{Client: cl, Clientset: cs, Namespace: opts.Namespace, Namespaces: opts.Namespaces, Store: store,
+		Policy: opts.Policy, Wants: fleet.WantsOf(*channels), Every: opts.Every, OnTick: fleet.Report}
+	return store, mgr.Add(roller)
+}
+
+// wakeOnHalts returns a fleet.Store.OnHalts that reconciles the
+// SimpleWebApps following a channel that tried or run a version whose halt
+// changed: those stalled after a rollback of it are not reconciled
+// otherwise. The cache holds only this shard's.
+func wakeOnHalts(reader client.Reader, events chan<- event.GenericEvent) func(map[string]bool) {
+	return func(versions map[string]bool) {
+		go func() {
+			var list webappv1.SimpleWebAppList
+			if err := reader.List(context.Background(), &list); err != nil {
+				return
+			}
+			for i := range list.Items {
+				swa := &list.Items[i]
+				st := swa.Status
+				if swa.Spec.Version == "" && (versions[st.Version] || st.FailedUpgrade != nil && versions[st.FailedUpgrade.Version] || st.Upgrade != nil && versions[st.Upgrade.To]) {
+					events <- event.GenericEvent{Object: swa}
+				}
+			}
+		}()
+	}
 }

@@ -27,6 +27,7 @@ func computeStatus(swa *webappv1.SimpleWebApp, o outcome) webappv1.SimpleWebAppS
 	setReconcilingCondition(&st, swa.Generation, ph)
 	setStalledCondition(&st, swa.Generation, ph)
 	setVersionWithdrawnCondition(&st, swa.Generation, o)
+	setUpgradeHeldCondition(&st, swa.Generation, o)
 	return st
 }
 
@@ -123,7 +124,7 @@ func phaseOf(swa *webappv1.SimpleWebApp, st *webappv1.SimpleWebAppStatus, o outc
 	case !done:
 		if up := st.Upgrade; up != nil {
 			msg = fmt.Sprintf("upgrading from %s to %s (rolled back if not Ready by %s): %s",
-				up.From, up.To, upgradeDeadline(swa, up).UTC().Format(time.RFC3339), msg)
+				up.From, up.To, upgradeDeadline(up, o.gate.timeout).UTC().Format(time.RFC3339), msg)
 		}
 		return phase{kind: phaseProgressing, reason: webappv1.ReasonProgressing, message: msg}
 	}
@@ -171,5 +172,19 @@ func setVersionWithdrawnCondition(st *webappv1.SimpleWebAppStatus, gen int64, o 
 			fmt.Sprintf("version %s is withdrawn (%s): it keeps running until spec.version or spec.channel moves it", w.Version, w.Reason))
 	default:
 		meta.RemoveStatusCondition(&st.Conditions, webappv1.ConditionVersionWithdrawn)
+	}
+}
+
+// setUpgradeHeldCondition says whether a halt of the channel's newest version
+// holds the SimpleWebApp on the one it runs. A pass that resolved no version
+// leaves the condition as it was.
+func setUpgradeHeldCondition(st *webappv1.SimpleWebAppStatus, gen int64, o outcome) {
+	switch h := o.release.Halted; {
+	case o.release.Version == "":
+	case h != nil:
+		setCondition(st, gen, webappv1.ConditionUpgradeHeld, metav1.ConditionTrue, webappv1.ReasonVersionHalted,
+			fmt.Sprintf("%s; version %s keeps running", h.Reason, o.release.Version))
+	default:
+		meta.RemoveStatusCondition(&st.Conditions, webappv1.ConditionUpgradeHeld)
 	}
 }

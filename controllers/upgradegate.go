@@ -22,6 +22,8 @@ type gate struct {
 	upgrade       *webappv1.UpgradeStatus
 	failedUpgrade *webappv1.FailedUpgrade
 	rollback      bool
+	// timeout is how long the upgrade may take (upgradeTimeout).
+	timeout time.Duration
 	// requeueAfter: check the deadline even if nothing else happens.
 	requeueAfter time.Duration
 }
@@ -30,10 +32,11 @@ type gate struct {
 // last healthy version, times the roll-out of a new one, and decides to roll
 // back when the new version is not Ready by its deadline (or its roll-out
 // failed). applied is the release just applied, heldBack whether it stands in
-// for a failed one.
-func gateUpgrade(swa *webappv1.SimpleWebApp, applied render.Release, heldBack bool, workload *appsv1.Deployment, now time.Time) gate {
+// for a failed one; waveTimeout caps the time an upgrade picked by a channel
+// may take (0: no cap).
+func gateUpgrade(swa *webappv1.SimpleWebApp, applied render.Release, heldBack bool, workload *appsv1.Deployment, now time.Time, waveTimeout time.Duration) gate {
 	st := swa.Status
-	g := gate{lastHealthy: st.LastHealthyVersion, failedUpgrade: st.FailedUpgrade}
+	g := gate{lastHealthy: st.LastHealthyVersion, failedUpgrade: st.FailedUpgrade, timeout: upgradeTimeout(swa, applied, waveTimeout)}
 	if !heldBack {
 		g.failedUpgrade = nil // the spec or the channel changed since it failed
 	}
@@ -50,7 +53,7 @@ func gateUpgrade(swa *webappv1.SimpleWebApp, applied render.Release, heldBack bo
 		// Truncated as the API stores it, so every pass sees the same value.
 		up = &webappv1.UpgradeStatus{From: st.LastHealthyVersion, To: applied.Version, StartedAt: metav1.NewTime(now.Truncate(time.Second))}
 	}
-	deadline := upgradeDeadline(swa, up)
+	deadline := upgradeDeadline(up, g.timeout)
 	if !failed && now.Before(deadline) {
 		g.upgrade = up
 		g.requeueAfter = deadline.Sub(now)
@@ -61,7 +64,7 @@ func gateUpgrade(swa *webappv1.SimpleWebApp, applied render.Release, heldBack bo
 		Version:         applied.Version,
 		Generation:      swa.Generation,
 		ChannelRevision: applied.ChannelRevision,
-		Message:         fmt.Sprintf("not Ready within %s: %s", upgradeTimeout(swa), msg),
+		Message:         fmt.Sprintf("not Ready within %s: %s", g.timeout, msg),
 		RolledBackAt:    metav1.NewTime(now),
 	}
 	return g
@@ -70,13 +73,20 @@ func gateUpgrade(swa *webappv1.SimpleWebApp, applied render.Release, heldBack bo
 // upgradeDeadline is when an upgrade is given up. startedAt has second
 // precision, so the whole second the upgrade started in counts: a roll-back
 // comes between timeout and timeout+1s after the start, never before.
-func upgradeDeadline(swa *webappv1.SimpleWebApp, up *webappv1.UpgradeStatus) time.Time {
-	return up.StartedAt.Add(upgradeTimeout(swa) + time.Second)
+func upgradeDeadline(up *webappv1.UpgradeStatus, timeout time.Duration) time.Time {
+	return up.StartedAt.Add(timeout + time.Second)
 }
 
-func upgradeTimeout(swa *webappv1.SimpleWebApp) time.Duration {
-	if t := swa.Spec.UpgradeTimeout; t != nil && t.Duration > 0 {
-		return t.Duration
+// upgradeTimeout is spec.upgradeTimeout (or the default), capped by the
+// fleet's wave timeout when a channel picked the version: a tenant's long
+// timeout must not hold a wave, and so the whole fleet, for longer.
+func upgradeTimeout(swa *webappv1.SimpleWebApp, applied render.Release, waveTimeout time.Duration) time.Duration {
+	t := DefaultUpgradeTimeout
+	if u := swa.Spec.UpgradeTimeout; u != nil && u.Duration > 0 {
+		t = u.Duration
 	}
-	return DefaultUpgradeTimeout
+	if waveTimeout > 0 && applied.Channel != "" && t > waveTimeout {
+		return waveTimeout
+	}
+	return t
 }

@@ -40,6 +40,8 @@ func TestGateUpgrade(t *testing.T) {
 		lastHealthy  string
 		upgradeTo    string
 		failed       string
+		channel      string
+		waveTimeout  time.Duration
 	}{
 		{name: "first install in progress", applied: "1.0.0"},
 		{name: "first install ready", applied: "1.0.0", ready: true, lastHealthy: "1.0.0"},
@@ -67,13 +69,22 @@ func TestGateUpgrade(t *testing.T) {
 		{name: "failure forgotten once not held back", status: webappv1.SimpleWebAppStatus{LastHealthyVersion: "1.0.0",
 			FailedUpgrade: &webappv1.FailedUpgrade{Version: "1.1.0", Generation: 4}},
 			applied: "1.1.0", lastHealthy: "1.0.0", upgradeTo: "1.1.0"},
+		{name: "the wave timeout caps an upgrade a channel picked", status: webappv1.SimpleWebAppStatus{LastHealthyVersion: "1.0.0",
+			Upgrade: &webappv1.UpgradeStatus{From: "1.0.0", To: "1.1.0", StartedAt: started}},
+			applied: "1.1.0", channel: "stable", waveTimeout: 20 * time.Second, rollback: true, lastHealthy: "1.0.0", failed: "1.1.0"},
+		{name: "the wave timeout leaves a pinned upgrade", status: webappv1.SimpleWebAppStatus{LastHealthyVersion: "1.0.0",
+			Upgrade: &webappv1.UpgradeStatus{From: "1.0.0", To: "1.1.0", StartedAt: started}},
+			applied: "1.1.0", waveTimeout: 20 * time.Second, lastHealthy: "1.0.0", upgradeTo: "1.1.0"},
+		{name: "a shorter spec timeout stays", status: webappv1.SimpleWebAppStatus{LastHealthyVersion: "1.0.0",
+			Upgrade: &webappv1.UpgradeStatus{From: "1.0.0", To: "1.1.0", StartedAt: started}},
+			applied: "1.1.0", channel: "stable", waveTimeout: time.Hour, lastHealthy: "1.0.0", upgradeTo: "1.1.0"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			swa := &webappv1.SimpleWebApp{Status: tc.status}
 			swa.Generation = 5
 			swa.Spec.UpgradeTimeout = &metav1.Duration{Duration: 45 * time.Second}
-			o := gateUpgrade(swa, render.Release{Version: tc.applied}, tc.heldBack, deploymentState(tc.ready, tc.progressFail), now)
+			o := gateUpgrade(swa, render.Release{Version: tc.applied, Channel: tc.channel}, tc.heldBack, deploymentState(tc.ready, tc.progressFail), now, tc.waveTimeout)
 			if o.rollback != tc.rollback || o.lastHealthy != tc.lastHealthy {
 				t.Errorf("rollback=%v lastHealthy=%q, want %v %q", o.rollback, o.lastHealthy, tc.rollback, tc.lastHealthy)
 			}

@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	webappv1 "example.com/simplewebapp-operator/api/v1"
+	"example.com/simplewebapp-operator/internal/fleet"
 	"example.com/simplewebapp-operator/internal/render"
 )
 
@@ -47,7 +48,7 @@ func TestIsUpgrade(t *testing.T) {
 		{"back to the healthy one", st("1.1.0", "1.0.0"), "1.0.0", false},
 		{"never healthy yet", st("1.0.0", ""), "1.1.0", false},
 	} {
-		if got := isUpgrade(tc.swa, render.Release{Version: tc.to}); got != tc.want {
+		if got := fleet.IsUpgrade(tc.swa, render.Release{Version: tc.to}); got != tc.want {
 			t.Errorf("%s: %v", tc.name, got)
 		}
 	}

@@ -30,7 +30,7 @@ var reconcileRequested = predicate.Funcs{
 // reconciles) and the managed kinds they own (deletions and hand edits at
 // once, a Deployment's status changes batched), and, when given, the events
 // of a ChannelWatcher.
-func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager, channelEvents <-chan event.GenericEvent) error {
+func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager, channelEvents, haltEvents <-chan event.GenericEvent) error {
 	workers := r.MaxConcurrentReconciles
 	if workers <= 0 {
 		workers = DefaultMaxConcurrentReconciles
@@ -45,8 +45,10 @@ func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager, channelEvent
 	for _, k := range render.ManagedKinds {
 		b = b.WatchesRawSource(source.Kind(mgr.GetCache(), k.New(), handler.TypedEventHandler[client.Object, ctrl.Request](children)))
 	}
-	if channelEvents != nil {
-		b = b.WatchesRawSource(source.Channel(channelEvents, &handler.EnqueueRequestForObject{}))
+	for _, events := range []<-chan event.GenericEvent{channelEvents, haltEvents} {
+		if events != nil {
+			b = b.WatchesRawSource(source.Channel(events, &handler.EnqueueRequestForObject{}))
+		}
 	}
 	return b.Complete(r)
 }

@@ -17,6 +17,11 @@ const (
 	// VersionWithdrawn): it keeps running it, Ready as before, until its
 	// owner moves it. Absent otherwise.
 	ConditionVersionWithdrawn = "VersionWithdrawn"
+	// ConditionUpgradeHeld is True while a newer version of the channel is
+	// halted for the fleet (reason VersionHalted): the SimpleWebApp keeps
+	// its version, Ready as before, until a new version is shipped or the
+	// halt is resumed. Absent otherwise.
+	ConditionUpgradeHeld = "UpgradeHeld"
 )
 
 // Reasons of the conditions: the public contract of status. Each one has a
@@ -73,6 +78,10 @@ const (
 	// package; no SimpleWebApp may move to it, and those running it are
 	// told to move.
 	ReasonVersionWithdrawn = "VersionWithdrawn"
+	// ReasonVersionHalted: the channel's newest version failed on enough
+	// SimpleWebApps, in enough namespaces, that the operator halted it for
+	// the whole fleet (condition UpgradeHeld).
+	ReasonVersionHalted = "VersionHalted"
 
 	// ReasonApplyFailed: a write to the API server failed in a way that may
 	// pass (a timeout, a conflict, the server unavailable); retried with

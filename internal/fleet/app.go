@@ -22,8 +22,8 @@ type App struct {
 	On bool
 	// FailedAt is when its upgrade to the version was rolled back, if it was.
 	FailedAt *metav1.Time
-	// Recovered: Ready on the version it went back to (so the app itself
-	// works and the failure says something about the version).
+	// Recovered: all its pods Ready on the version it went back to (so the
+	// app itself works and the failure says something about the version).
 	Recovered bool
 	Ready     bool
 	// Own: it has spec.patches or spec.image, whose failures are its own.
@@ -46,7 +46,10 @@ func AppOf(swa *webappv1.SimpleWebApp, k Key, wants bool) App {
 	if fu := st.FailedUpgrade; fu != nil && fu.Version == k.Version {
 		at := fu.RolledBackAt
 		a.FailedAt = &at
-		a.Recovered = ready && st.Version == st.LastHealthyVersion && st.Version != k.Version
+		// Its Ready condition stays False while it is held back from the
+		// failed version, so its pods say whether the old version runs.
+		a.Recovered = st.Version == st.LastHealthyVersion && st.Version != k.Version &&
+			st.ReadyReplicas > 0 && st.ReadyReplicas == st.Replicas && st.UpdatedReplicas == st.Replicas
 	}
 	return a
 }

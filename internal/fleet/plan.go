@@ -137,7 +137,7 @@ func Advance(s *State, apps []App, p Policy, now time.Time) (*State, bool) {
 	for _, a := range apps {
 		byName[a.Name] = a
 	}
-	for next.Wave < len(next.Waves) && settled(next.Waves[next.Wave], byName, s) {
+	for next.Wave < len(next.Waves) && settled(next.Waves[next.Wave], byName, s, now) {
 		next.Wave++
 		next.WaveStartedAt, changed = metav1.NewTime(now.Truncate(time.Second)), true
 	}
@@ -147,13 +147,19 @@ func Advance(s *State, apps []App, p Policy, now time.Time) (*State, bool) {
 	return &next, changed
 }
 
-// settled: every member of a wave has the version, failed it, or no longer
-// wants it.
-func settled(members []string, apps map[string]App, s *State) bool {
+// RecoverWait is how long a wave waits for a failed member to run its old
+// version again (and so be counted, or not) before it is settled anyway.
+const RecoverWait = time.Minute
+
+// settled: every member of a wave has the version, or failed it and its
+// failure was weighed, or no longer wants it.
+func settled(members []string, apps map[string]App, s *State, now time.Time) bool {
 	for _, m := range members {
 		a, ok := apps[m]
+		failed := a.FailedAt != nil && !a.FailedAt.Before(&s.CountSince)
 		switch {
-		case !ok, a.On, a.FailedAt != nil && !a.FailedAt.Before(&s.CountSince), !a.Wants && !a.Upgrading:
+		case !ok, a.On, !failed && !a.Wants && !a.Upgrading:
+		case failed && (a.Recovered || a.Own || now.Sub(a.FailedAt.Time) > RecoverWait):
 		default:
 			return false
 		}

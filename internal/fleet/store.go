@@ -8,6 +8,11 @@ import (
 // Store is this process's copy of the roll-out states, read by the
 // reconciler (Admit, Halted) and kept by the Roller.
 type Store struct {
+	// OnHalts, when set, is called with the versions that were halted or
+	// resumed (their SimpleWebApps' status changes, and nothing else would
+	// reconcile those that are stalled after a rollback).
+	OnHalts func(versions map[string]bool)
+
 	mu     sync.Mutex
 	loaded bool
 	states map[Key]*State
@@ -61,7 +66,7 @@ func (s *Store) Admit(k Key, app string) string {
 		}
 		return fmt.Sprintf("waits for the fleet roll-out of %s to be planned", k)
 	case st.Halted != nil:
-		return st.HaltMessage()
+		return "waits: " + st.HaltMessage()
 	case !st.Admits(app):
 		return fmt.Sprintf("waits for wave %d of %d of the fleet roll-out of %s (wave %d in progress)", st.WaveOf(app)+1, len(st.Waves)+1, k, st.Wave+1)
 	}
@@ -71,21 +76,45 @@ func (s *Store) Admit(k Key, app string) string {
 // set replaces the states with what the cluster holds.
 func (s *Store) set(states map[Key]*State) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	changed := haltChanges(s.states, states)
 	s.states, s.loaded = states, true
 	for k := range s.wanted {
 		if states[k] != nil {
 			delete(s.wanted, k)
 		}
 	}
+	s.mu.Unlock()
+	s.haltsChanged(changed)
 }
 
 // put records one state just written.
 func (s *Store) put(st *State) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	changed := haltChanges(map[Key]*State{st.Key: s.states[st.Key]}, map[Key]*State{st.Key: st})
 	s.states[st.Key] = st
 	delete(s.wanted, st.Key)
+	s.mu.Unlock()
+	s.haltsChanged(changed)
+}
+
+func (s *Store) haltsChanged(versions map[string]bool) {
+	if len(versions) > 0 && s.OnHalts != nil {
+		s.OnHalts(versions)
+	}
+}
+
+// haltChanges are the versions halted in one of a and b but not the other.
+func haltChanges(a, b map[Key]*State) map[string]bool {
+	out := map[string]bool{}
+	halted := func(m map[Key]*State, k Key) bool { return m[k] != nil && m[k].Halted != nil }
+	for _, m := range []map[Key]*State{a, b} {
+		for k := range m {
+			if halted(a, k) != halted(b, k) {
+				out[k.Version] = true
+			}
+		}
+	}
+	return out
 }
 
 // work is what the Roller looks at: states not done, and keys asked for.

@@ -56,6 +56,18 @@ var (
 		Name: "simplewebapp_version_withdrawn",
 		Help: "1 while the SimpleWebApp keeps running a version that is withdrawn (withdrawn.yaml), by version.",
 	}, []string{"namespace", "name", "version"})
+	VersionHalted = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "simplewebapp_version_halted",
+		Help: "1 while a version (by content) is halted for the fleet because its upgrades failed.",
+	}, []string{"version", "content"})
+	RolloutWave = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "simplewebapp_rollout_wave",
+		Help: "The wave (1-based) a version's fleet roll-out is in; the last wave is every remaining SimpleWebApp.",
+	}, []string{"version", "content"})
+	RolloutApps = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "simplewebapp_rollout_apps",
+		Help: "SimpleWebApps of a version's fleet roll-out, by state: waiting (want it, not started), upgrading, on (Ready on it), failed (rolled back from it).",
+	}, []string{"version", "content", "state"})
 	RefusedLive = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "simplewebapp_refused_patches_live",
 		Help: "1 while patches of the SimpleWebApp that the running objects carry are now refused, by action: removed (the render without them is applied) or reported (--refused-patches=report).",
@@ -64,7 +76,7 @@ var (
 
 func init() {
 	metrics.Registry.MustRegister(RenderDuration, RenderCacheHits, RenderCacheBytes, Applies, Writes, ObjectsApplied, Upgrades, Rollbacks, Ready, Stalled,
-		VersionWithdrawn, RefusedLive)
+		VersionWithdrawn, VersionHalted, RolloutWave, RolloutApps, RefusedLive)
 }
 
 // RegisterBuildInfo serves simplewebapp_build_info{version,revision,goversion} 1,

@@ -344,3 +344,38 @@ func MarkVersion(version string) Edit {
 			"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\ndata:\n  version: %q\n", MarkerName, version))(files)
 	}
 }
+
+// PodLabels is an Edit that puts labels on the pod template of the package's
+// Deployment "web" with a kustomize patch, for example the label a test kwok
+// stage acts on (localcluster.NeverReadyLabel) to play a version whose pods
+// never become Ready.
+func PodLabels(labels map[string]string) Edit {
+	return func(files map[string]string) error {
+		k := files["kustomization.yaml"]
+		if strings.Contains(k, "\npatches:") {
+			return errors.New("kustomization.yaml has patches already; merge the label patch into them")
+		}
+		keys := make([]string, 0, len(labels))
+		for key := range labels {
+			keys = append(keys, key)
+		}
+		sort.Strings(keys)
+		var b strings.Builder
+		for _, key := range keys {
+			fmt.Fprintf(&b, "            %s: %q\n", key, labels[key])
+		}
+		files["kustomization.yaml"] = "# A test version with pod template labels " + strings.Join(keys, ", ") + ".\n" + k + `patches:
+- target: {kind: Deployment, name: web}
+  patch: |
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata:
+      name: web
+    spec:
+      template:
+        metadata:
+          labels:
+` + b.String()
+		return nil
+	}
+}

@@ -11,7 +11,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -321,29 +320,9 @@ func TestBrokenVersionRollsBack(t *testing.T) {
 }
 
 // neverReady is a testkit.Edit that makes a copied package the broken version:
-// a kustomize patch puts localcluster.NeverReadyLabel on the pod template, so kwok
-// (localcluster.NeverReadyStage) runs its pods without ever making them Ready.
-func neverReady(files map[string]string) error {
-	k := files["kustomization.yaml"]
-	if strings.Contains(k, "\npatches:") {
-		return errors.New("kustomization.yaml has patches already; merge the never-ready patch into them")
-	}
-	files["kustomization.yaml"] = "# A test version whose pods never become Ready on the test cluster (kwok stage for " + localcluster.NeverReadyLabel + ").\n" +
-		k + `patches:
-- target: {kind: Deployment, name: web}
-  patch: |
-    apiVersion: apps/v1
-    kind: Deployment
-    metadata:
-      name: web
-    spec:
-      template:
-        metadata:
-          labels:
-            ` + localcluster.NeverReadyLabel + `: "true"
-`
-	return nil
-}
+// its pods carry localcluster.NeverReadyLabel, so kwok
+// (localcluster.NeverReadyStage) runs them without ever making them Ready.
+var neverReady = testkit.PodLabels(map[string]string{localcluster.NeverReadyLabel: "true"})
 
 // servingProbe samples an app's pods during a failed upgrade: how many pods
 // of the good (old) template are Ready, what its ReplicaSet reports
