@@ -19,7 +19,7 @@ import (
 // Every command has help with examples (exit 0, on stdout); unknown flags,
 // commands and arguments are errors.
 func TestHelpAndUsageErrors(t *testing.T) {
-	for _, cmd := range []string{"render", "diff", "versions", "version"} {
+	for _, cmd := range []string{"render", "diff", "versions", "version", "plan", "resume-version"} {
 		code, out, errOut := swa(t, cmd, "--help")
 		if code != 0 || !strings.Contains(out, "Usage:\n  kubectl swa "+cmd) || !strings.Contains(out, "Examples:\n  # ") ||
 			!strings.Contains(out, "--kubeconfig string") || errOut != "" {

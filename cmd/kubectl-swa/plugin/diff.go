@@ -269,18 +269,25 @@ func (d *differ) add(p pair) error {
 		d.pairs = append(d.pairs, p)
 		return nil
 	}
+	changed, err := writeUnifiedDiff(d.out, p, "live", "dry-run")
+	d.changed = d.changed || changed
+	return err
+}
+
+// writeUnifiedDiff writes the unified diff of p, its sides labelled from and
+// to, when they differ, and reports whether they do.
+func writeUnifiedDiff(out io.Writer, p pair, from, to string) (bool, error) {
 	a, err := comparable(p.before)
 	if err != nil {
-		return err
+		return false, err
 	}
 	b, err := comparable(p.after)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if a == b {
-		return nil
+		return false, nil
 	}
-	d.changed = true
 	obj, note := p.after, p.note
 	if obj == nil {
 		obj = p.before
@@ -291,13 +298,13 @@ func (d *differ) add(p pair) error {
 	name := fmt.Sprintf("%s/%s/%s", obj.GetKind(), obj.GetNamespace(), obj.GetName())
 	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
 		A: lines(a), B: lines(b),
-		FromFile: "live/" + name, ToFile: "dry-run/" + name + note, Context: 3,
+		FromFile: from + "/" + name, ToFile: to + "/" + name + note, Context: 3,
 	})
 	if err != nil {
-		return err
+		return true, err
 	}
-	_, err = io.WriteString(d.out, text)
-	return err
+	_, err = io.WriteString(out, text)
+	return true, err
 }
 
 // comparable is obj as YAML without what every write changes (managedFields,

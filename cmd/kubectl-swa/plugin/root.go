@@ -1,7 +1,8 @@
-// Package plugin is `kubectl swa`: render, diff and versions of
+// Package plugin is `kubectl swa`: render, diff, versions and plan of
 // SimpleWebApps through the operator's own code (render.Channels,
 // render.Render, apply.DesiredObjects), so what it shows is what the
-// reconciler would do, refusals included. It is built on cobra and
+// reconciler would do, refusals included; and resume-version, which lifts a
+// version's fleet-wide halt. It is built on cobra and
 // k8s.io/cli-runtime, so flags, input and output work as in kubectl.
 package plugin
 
@@ -54,7 +55,8 @@ func NewCommand(streams genericiooptions.IOStreams, revision string) *cobra.Comm
 		Long: `Preview SimpleWebApps with the operator's own code: the channels it resolves
 versions from, its render with the patch policy and the security floor, and
 the objects exactly as the reconciler writes them. What it shows is what the
-operator would do, refusals included.`,
+operator would do, refusals included. Only resume-version writes: it lifts the
+halt the operator put on a version for the fleet.`,
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl swa"},
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -66,7 +68,8 @@ operator would do, refusals included.`,
 		return fmt.Errorf("%w\nSee '%s --help' for usage", err, c.CommandPath())
 	})
 	o.flags.AddFlags(root.PersistentFlags())
-	root.AddCommand(newRenderCommand(o), newDiffCommand(o), newVersionsCommand(o), newVersionCommand(o))
+	root.AddCommand(newRenderCommand(o), newDiffCommand(o), newVersionsCommand(o), newVersionCommand(o),
+		newPlanCommand(o), newResumeVersionCommand(o))
 	return root
 }
 

@@ -96,6 +96,15 @@ func (v *crdValidator) validate(ctx context.Context, u *unstructured.Unstructure
 	return &unstructured.Unstructured{Object: obj}, nil
 }
 
+// withDefaults returns u with the CRD's defaults, as the API server stores
+// it. Nothing is checked: plan reads exports of what the cluster accepted,
+// which rules added since must not turn away.
+func (v *crdValidator) withDefaults(u *unstructured.Unstructured) *unstructured.Unstructured {
+	obj := runtime.DeepCopyJSON(u.Object)
+	structuraldefaulting.Default(obj, v.structural)
+	return &unstructured.Unstructured{Object: obj}
+}
+
 // blocking is the API server's test for errors after which the CEL rules
 // would see values of the wrong type.
 func blocking(errs field.ErrorList) bool {

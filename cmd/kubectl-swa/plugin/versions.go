@@ -342,15 +342,18 @@ func packageVersions(src render.Channels) []string {
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b string) int {
-		va, errA := semver.Parse(a)
-		vb, errB := semver.Parse(b)
-		if errA != nil || errB != nil {
-			return strings.Compare(a, b)
-		}
-		return va.Compare(vb)
-	})
+	slices.SortFunc(out, compareVersions)
 	return out
+}
+
+// compareVersions orders versions by semver where both are, else as strings.
+func compareVersions(a, b string) int {
+	va, errA := semver.Parse(a)
+	vb, errB := semver.Parse(b)
+	if errA != nil || errB != nil {
+		return strings.Compare(a, b)
+	}
+	return va.Compare(vb)
 }
 
 type emptyFS struct{}
