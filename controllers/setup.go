@@ -173,21 +173,19 @@ func setupRollouts(mgr ctrl.Manager, opts RolloutOptions, channels *render.Chann
 }
 
 // wakeOnHalts returns a fleet.Store.OnHalts that reconciles the
-// SimpleWebApps following a channel that tried or run a version whose halt
-// changed: those stalled after a rollback of it are not reconciled
-// otherwise. The cache holds only this shard's.
+// SimpleWebApps following a channel when a halt begins or ends: those
+// waiting for the version, and those stalled after a rollback of it, are
+// not reconciled otherwise. The cache holds only this shard's.
 func wakeOnHalts(reader client.Reader, events chan<- event.GenericEvent) func(map[string]bool) {
-	return func(versions map[string]bool) {
+	return func(map[string]bool) {
 		go func() {
 			var list webappv1.SimpleWebAppList
 			if err := reader.List(context.Background(), &list); err != nil {
 				return
 			}
 			for i := range list.Items {
-				swa := &list.Items[i]
-				st := swa.Status
-				if swa.Spec.Version == "" && (versions[st.Version] || st.FailedUpgrade != nil && versions[st.FailedUpgrade.Version] || st.Upgrade != nil && versions[st.Upgrade.To]) {
-					events <- event.GenericEvent{Object: swa}
+				if list.Items[i].Spec.Version == "" {
+					events <- event.GenericEvent{Object: &list.Items[i]}
 				}
 			}
 		}()

@@ -37,7 +37,7 @@ type gate struct {
 func gateUpgrade(swa *webappv1.SimpleWebApp, applied render.Release, heldBack bool, workload *appsv1.Deployment, now time.Time, waveTimeout time.Duration) gate {
 	st := swa.Status
 	g := gate{lastHealthy: st.LastHealthyVersion, failedUpgrade: st.FailedUpgrade, timeout: upgradeTimeout(swa, applied, waveTimeout)}
-	if !heldBack {
+	if !heldBack && !haltedAgain(st.FailedUpgrade, applied) {
 		g.failedUpgrade = nil // the spec or the channel changed since it failed
 	}
 	done, failed, msg := rollout(workload)
@@ -89,4 +89,11 @@ func upgradeTimeout(swa *webappv1.SimpleWebApp, applied render.Release, waveTime
 		return waveTimeout
 	}
 	return t
+}
+
+// haltedAgain: the version that failed is the one a fleet halt holds the
+// SimpleWebApp back from. The record stays, so that when the halt is resumed
+// this SimpleWebApp does not try the version it already failed again.
+func haltedAgain(fu *webappv1.FailedUpgrade, applied render.Release) bool {
+	return fu != nil && applied.Halted != nil && fu.Version == applied.Halted.Version
 }

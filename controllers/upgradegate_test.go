@@ -42,6 +42,7 @@ func TestGateUpgrade(t *testing.T) {
 		failed       string
 		channel      string
 		waveTimeout  time.Duration
+		halted       string
 	}{
 		{name: "first install in progress", applied: "1.0.0"},
 		{name: "first install ready", applied: "1.0.0", ready: true, lastHealthy: "1.0.0"},
@@ -69,6 +70,12 @@ func TestGateUpgrade(t *testing.T) {
 		{name: "failure forgotten once not held back", status: webappv1.SimpleWebAppStatus{LastHealthyVersion: "1.0.0",
 			FailedUpgrade: &webappv1.FailedUpgrade{Version: "1.1.0", Generation: 4}},
 			applied: "1.1.0", lastHealthy: "1.0.0", upgradeTo: "1.1.0"},
+		{name: "a fleet halt of the failed version keeps the failure", status: webappv1.SimpleWebAppStatus{LastHealthyVersion: "1.0.0",
+			FailedUpgrade: &webappv1.FailedUpgrade{Version: "1.1.0", Generation: 5}},
+			applied: "1.0.0", halted: "1.1.0", ready: true, lastHealthy: "1.0.0", failed: "1.1.0"},
+		{name: "a fleet halt of another version forgets the failure", status: webappv1.SimpleWebAppStatus{LastHealthyVersion: "1.0.0",
+			FailedUpgrade: &webappv1.FailedUpgrade{Version: "1.1.0", Generation: 4}},
+			applied: "1.0.0", halted: "1.2.0", ready: true, lastHealthy: "1.0.0"},
 		{name: "the wave timeout caps an upgrade a channel picked", status: webappv1.SimpleWebAppStatus{LastHealthyVersion: "1.0.0",
 			Upgrade: &webappv1.UpgradeStatus{From: "1.0.0", To: "1.1.0", StartedAt: started}},
 			applied: "1.1.0", channel: "stable", waveTimeout: 20 * time.Second, rollback: true, lastHealthy: "1.0.0", failed: "1.1.0"},
@@ -84,7 +91,11 @@ func TestGateUpgrade(t *testing.T) {
 			swa := &webappv1.SimpleWebApp{Status: tc.status}
 			swa.Generation = 5
 			swa.Spec.UpgradeTimeout = &metav1.Duration{Duration: 45 * time.Second}
-			o := gateUpgrade(swa, render.Release{Version: tc.applied, Channel: tc.channel}, tc.heldBack, deploymentState(tc.ready, tc.progressFail), now, tc.waveTimeout)
+			rel := render.Release{Version: tc.applied, Channel: tc.channel}
+			if tc.halted != "" {
+				rel.Halted = &render.Withdrawal{Version: tc.halted}
+			}
+			o := gateUpgrade(swa, rel, tc.heldBack, deploymentState(tc.ready, tc.progressFail), now, tc.waveTimeout)
 			if o.rollback != tc.rollback || o.lastHealthy != tc.lastHealthy {
 				t.Errorf("rollback=%v lastHealthy=%q, want %v %q", o.rollback, o.lastHealthy, tc.rollback, tc.lastHealthy)
 			}

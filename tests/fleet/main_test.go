@@ -30,7 +30,7 @@ const (
 	// channelsPoll is the operators' --channels-poll-interval.
 	channelsPoll = 500 * time.Millisecond
 	// upgradeTimeout is every test app's spec.upgradeTimeout.
-	upgradeTimeout = 10 * time.Second
+	upgradeTimeout = 30 * time.Second
 	// firstWave is the operators' --rollout-first-wave (the default).
 	firstWave = 3
 	// trapLabel is on the pods of a version that breaks only apps with
