@@ -54,7 +54,8 @@ func AppOf(swa *webappv1.SimpleWebApp, k Key, wants bool) App {
 	return a
 }
 
-// Relevant: the app has anything to do with the roll-out of its Key.
+// Relevant reports whether the app has anything to do with the roll-out of
+// its Key.
 func (a App) Relevant() bool {
 	return a.Wants || a.Upgrading || a.On || a.FailedAt != nil
 }

@@ -51,7 +51,7 @@ type Roller struct {
 // listPage bounds the bytes of SimpleWebApps held at once.
 const listPage = 250
 
-// NeedLeaderElection: only the leader (of each shard) rolls out.
+// NeedLeaderElection is true: only the leader (of each shard) rolls out.
 func (r *Roller) NeedLeaderElection() bool { return true }
 
 // Start watches the states and runs until ctx ends.

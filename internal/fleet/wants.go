@@ -10,15 +10,16 @@ import (
 	"example.com/simplewebapp-operator/internal/render"
 )
 
-// IsUpgrade: rel moves a SimpleWebApp that runs a healthy version to another.
+// IsUpgrade reports whether rel moves a SimpleWebApp that runs a healthy
+// version to another.
 func IsUpgrade(swa *webappv1.SimpleWebApp, rel render.Release) bool {
 	st := swa.Status
 	return st.LastHealthyVersion != "" && st.Version != "" && rel.Version != st.Version && rel.Version != st.LastHealthyVersion
 }
 
-// RollsOut: moving swa to rel is part of rel's fleet roll-out (waves and
-// halts): an upgrade picked by a channel, not by spec.version, and not held
-// back after a rollback of its own.
+// RollsOut reports whether moving swa to rel is part of rel's fleet
+// roll-out (waves and halts): an upgrade picked by a channel, not by
+// spec.version, and not held back after a rollback of its own.
 func RollsOut(swa *webappv1.SimpleWebApp, rel render.Release) bool {
 	return rel.Channel != "" && swa.Spec.Version == "" && !render.HeldBack(swa, rel) && IsUpgrade(swa, rel)
 }

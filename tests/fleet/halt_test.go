@@ -212,4 +212,3 @@ func resume(t *testing.T, k fleet.Key) metav1.Time {
 	}
 	return now
 }
-

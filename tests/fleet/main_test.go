@@ -10,6 +10,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"example.com/simplewebapp-operator/internal/localcluster"
@@ -70,6 +72,8 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	ctrllog.SetLogger(logr.Discard())
+	klog.SetOutput(io.Discard) // a sampler's list cancelled at its end is no news
+	klog.LogToStderr(false)
 	var cleanups operatortest.Cleanups
 	defer cleanups.Run()
 	e, err := setUp(cleanups.Add)
