@@ -123,8 +123,12 @@ func phaseOf(swa *webappv1.SimpleWebApp, st *webappv1.SimpleWebAppStatus, o outc
 		return phase{kind: phaseProgressing, reason: webappv1.ReasonProgressing, message: fmt.Sprintf("version %s: %s; %s", st.Version, msg, o.waitingForUpgrade)}
 	case !done:
 		if up := st.Upgrade; up != nil {
+			timeout := o.gate.timeout
+			if timeout == 0 { // no gate in this pass: the spec's
+				timeout = upgradeTimeout(swa, o.release, 0)
+			}
 			msg = fmt.Sprintf("upgrading from %s to %s (rolled back if not Ready by %s): %s",
-				up.From, up.To, upgradeDeadline(up, o.gate.timeout).UTC().Format(time.RFC3339), msg)
+				up.From, up.To, upgradeDeadline(up, timeout).UTC().Format(time.RFC3339), msg)
 		}
 		return phase{kind: phaseProgressing, reason: webappv1.ReasonProgressing, message: msg}
 	}

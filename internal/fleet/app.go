@@ -43,6 +43,10 @@ func AppOf(swa *webappv1.SimpleWebApp, k Key, wants bool) App {
 		Ready:     ready,
 		Own:       len(swa.Spec.Patches) > 0 || swa.Spec.Image != "",
 	}
+	if swa.Spec.Suspend {
+		// Nothing is done for it: it must not hold a wave.
+		a.Wants, a.Upgrading = false, false
+	}
 	if fu := st.FailedUpgrade; fu != nil && fu.Version == k.Version {
 		at := fu.RolledBackAt
 		a.FailedAt = &at

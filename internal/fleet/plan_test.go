@@ -8,6 +8,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	webappv1 "example.com/simplewebapp-operator/api/v1"
 )
 
 var (
@@ -237,5 +239,22 @@ func TestStoreAdmit(t *testing.T) {
 	}
 	if why := s.Admit(key, "a/app-0"); !strings.Contains(why, "halted") {
 		t.Errorf("halted: %q", why)
+	}
+}
+
+// TestSuspendedAppsHoldNoWave: a suspended member is not worked on, so it
+// neither wants the version nor holds its wave.
+func TestSuspendedAppsHoldNoWave(t *testing.T) {
+	swa := &webappv1.SimpleWebApp{}
+	swa.Namespace, swa.Name = "a", "app-0"
+	swa.Spec.Suspend = true
+	swa.Status.Upgrade = &webappv1.UpgradeStatus{From: "1.0.0", To: key.Version}
+	a := AppOf(swa, key, true)
+	if a.Wants || a.Upgrading {
+		t.Fatalf("suspended app: %+v", a)
+	}
+	st := &State{Key: key, Waves: [][]string{{"a/app-0"}, {}}}
+	if next, _ := Advance(st, []App{a}, DefaultPolicy, t0); next.Wave == 0 {
+		t.Errorf("a suspended member holds the first wave")
 	}
 }
