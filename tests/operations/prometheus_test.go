@@ -230,12 +230,13 @@ func checkDashboard(t *testing.T, served map[string]map[string]bool) {
 	checkAgainstScrape(t, checks, served)
 	// What the dashboard is for: reconciles and errors by controller,
 	// reconcile latency, render duration, applies by result, objects per CR,
-	// SimpleWebApps not Ready, upgrades and rollbacks.
+	// SimpleWebApps not Ready, upgrades and rollbacks, channel roll-outs.
 	for _, m := range []string{
 		"controller_runtime_reconcile_total", "controller_runtime_reconcile_errors_total",
 		"controller_runtime_reconcile_time_seconds_bucket", "simplewebapp_render_duration_seconds_bucket",
 		"simplewebapp_applies_total", "simplewebapp_objects_applied", "simplewebapp_ready",
 		"simplewebapp_upgrades_total", "simplewebapp_rollbacks_total",
+		"simplewebapp_version_halted", "simplewebapp_rollout_wave", "simplewebapp_rollout_apps",
 	} {
 		if !referenced[m] {
 			t.Errorf("the dashboard shows nothing of %s", m)
@@ -311,6 +312,7 @@ func checkPrometheusRule(t *testing.T, served map[string]map[string]bool) {
 		"SimpleWebAppRolledBack":      {`increase(simplewebapp_rollbacks_total[30m]) > 0`, ""},
 		"SimpleWebAppNotReady":        {`simplewebapp_ready == 0`, "15m"},
 		"SimpleWebAppStalled":         {`simplewebapp_stalled == 1`, "10m"},
+		"SimpleWebAppVersionHalted":   {`max by (version, content) (simplewebapp_version_halted) > 0`, "1m"},
 	} {
 		got, ok := alerts[name]
 		if !ok {
