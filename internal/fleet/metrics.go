@@ -11,7 +11,7 @@ func Report(states []State, apps map[Key][]App) {
 	metrics.RolloutWave.Reset()
 	for _, st := range states {
 		v, c := st.Key.Version, st.Key.Hash
-		if st.Halted != nil {
+		if st.Halted != nil && !st.Superseded {
 			metrics.VersionHalted.WithLabelValues(v, c).Set(1)
 		}
 		metrics.RolloutWave.WithLabelValues(v, c).Set(float64(st.Wave + 1))

@@ -258,3 +258,23 @@ func TestSuspendedAppsHoldNoWave(t *testing.T) {
 		t.Errorf("a suspended member holds the first wave")
 	}
 }
+
+// TestSupersededBy: a roll-out of a newer version supersedes the halts of
+// older ones (no longer reported), not of newer ones or itself.
+func TestSupersededBy(t *testing.T) {
+	s := NewStore()
+	halt := &Halt{Reason: "x"}
+	older, newer, same := Key{Version: "1.9.0", Hash: "a"}, Key{Version: "2.1.0", Hash: "b"}, Key{Version: "2.0.0", Hash: "c"}
+	s.set(map[Key]*State{
+		older: {Key: older, Halted: halt},
+		newer: {Key: newer, Halted: halt},
+		same:  {Key: same, Halted: halt},
+	})
+	got := s.supersededBy(Key{Version: "2.0.0", Hash: "d"})
+	if len(got) != 1 || got[0].Key != older || !got[0].Superseded {
+		t.Fatalf("superseded %+v, want only %s", got, older)
+	}
+	if s.State(older).Superseded {
+		t.Error("the stored state changed before it was written")
+	}
+}

@@ -117,6 +117,11 @@ func (r *Roller) Tick(ctx context.Context) error {
 			if err := r.write(ctx, Plan(k, apps[k], r.Policy, now), true); err != nil {
 				return err
 			}
+			for _, st := range r.Store.supersededBy(k) {
+				if err := r.write(ctx, st, false); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	r.report(apps)

@@ -81,6 +81,10 @@ type State struct {
 	Tried int `json:"tried,omitempty"`
 	// Halted is set when the version is halted for the fleet.
 	Halted *Halt `json:"halted,omitempty"`
+	// Superseded: a newer version's roll-out started since the halt, so
+	// the halt no longer holds anything back that matters (it stays, and
+	// is no longer reported as a halt in the metrics).
+	Superseded bool `json:"superseded,omitempty"`
 	// Complete: every SimpleWebApp that wanted the version has it (or
 	// failed it); nothing more to watch.
 	Complete bool `json:"complete,omitempty"`

@@ -3,6 +3,8 @@ package fleet
 import (
 	"fmt"
 	"sync"
+
+	"github.com/blang/semver/v4"
 )
 
 // Store is this process's copy of the roll-out states, read by the
@@ -140,6 +142,27 @@ func (s *Store) all() []State {
 	out := make([]State, 0, len(s.states))
 	for _, st := range s.states {
 		out = append(out, *st)
+	}
+	return out
+}
+
+// supersededBy returns the halted states of versions older than k that a
+// roll-out of k supersedes, marked so.
+func (s *Store) supersededBy(k Key) []*State {
+	newer, err := semver.ParseTolerant(k.Version)
+	if err != nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*State
+	for _, st := range s.states {
+		v, err := semver.ParseTolerant(st.Key.Version)
+		if st.Halted != nil && !st.Superseded && err == nil && v.LT(newer) {
+			c := *st
+			c.Superseded = true
+			out = append(out, &c)
+		}
 	}
 	return out
 }

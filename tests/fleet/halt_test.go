@@ -42,6 +42,7 @@ func TestBrokenVersionHaltsTheFleet(t *testing.T) {
 	s := f.sample(ctx, broken)
 	testkit.WriteChannel(t, env.channels, channel, stable, broken)
 	st := waitRollout(t, 2*time.Minute, broken, "halted", func(st *fleet.State) bool { return st.Halted != nil })
+	st0 := st
 	t.Logf("halted at %s: %s (waves %v)", st.Halted.At.UTC().Format(time.RFC3339), st.Halted.Reason, waveSizes(st.Waves))
 
 	// Only the first wave was ever degraded.
@@ -136,6 +137,11 @@ func TestBrokenVersionHaltsTheFleet(t *testing.T) {
 	if len(st.Waves[0]) != firstWave || len(st.Waves[1]) != 3 {
 		t.Errorf("waves of %s: %v, want %d and 3 (5%% of 50) before the rest", fixed, waveSizes(st.Waves), firstWave)
 	}
+	// The fixed version's roll-out superseded the halt: no longer reported.
+	if old, err := rollout(ctx, broken); err != nil || old == nil || old.Halted == nil || !old.Superseded {
+		t.Errorf("the halt of %s after %s rolled out: %+v (err %v), want halted and superseded", broken, fixed, old, err)
+	}
+	f.checkHaltedMetric(t, broken, st0.Key.Hash, "")
 	f.waitAll(t, 30*time.Second, "no UpgradeHeld", func(swa *webappv1.SimpleWebApp) (bool, string) {
 		c := apimeta.FindStatusCondition(swa.Status.Conditions, webappv1.ConditionUpgradeHeld)
 		return c == nil, fmt.Sprintf("%v", c)
@@ -163,8 +169,8 @@ func (f *fleetOf) checkHeld(t *testing.T, st *fleet.State, running, broken strin
 	return msg
 }
 
-// checkHaltedMetric waits until a leader serves simplewebapp_version_halted
-// for the version with value want.
+// checkHaltedMetric waits until the leaders serve simplewebapp_version_halted
+// for the version with value want ("": no such series).
 func (f *fleetOf) checkHaltedMetric(t *testing.T, version, content, want string) {
 	t.Helper()
 	series := fmt.Sprintf(`simplewebapp_version_halted{content=%q,version=%q} `, content, version)
