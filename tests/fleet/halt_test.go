@@ -74,13 +74,13 @@ func TestBrokenVersionHaltsTheFleet(t *testing.T) {
 	t.Logf("first counted failure rolled back at %s; halted %s later", first.UTC().Format(time.RFC3339), st.Halted.At.Sub(first))
 
 	held := f.checkHeld(t, st, stable, broken)
-	halted, err := f.events(ctx, webappv1.ReasonVersionHalted, broken)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(halted) != len(f.apps) {
-		t.Errorf("%d of %d apps have a %s event", len(halted), len(f.apps), webappv1.ReasonVersionHalted)
-	}
+	testkit.WaitFor(t, time.Minute, "a "+webappv1.ReasonVersionHalted+" event for every app", func(ctx context.Context) (bool, string) {
+		halted, err := f.events(ctx, webappv1.ReasonVersionHalted, broken)
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(halted) == len(f.apps), fmt.Sprintf("%d of %d apps have one", len(halted), len(f.apps))
+	}, env.waitOpts(nil))
 	f.checkHaltedMetric(t, broken, st.Key.Hash, "1")
 	t.Logf("every app: Ready on %s, UpgradeHeld: %s", stable, held)
 
@@ -97,7 +97,7 @@ func TestBrokenVersionHaltsTheFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := map[string]string{"a1": "a2", "a2": "a1"}[la]
-	testkit.WaitFor(t, time.Minute, other+" takes shard a's Lease over from "+la, func(context.Context) (bool, string) {
+	testkit.WaitFor(t, 2*time.Minute, other+" takes shard a's Lease over from "+la, func(context.Context) (bool, string) {
 		return env.leader("a") == other, "leader " + env.leader("a")
 	}, env.waitOpts(nil))
 	if err := env.start(ctx, la); err != nil { // back, as the standby

@@ -339,10 +339,18 @@ func TestHelmValues(t *testing.T) {
 		"ClusterRoleBinding//swa-manager-rolebinding",
 		"CustomResourceDefinition//simplewebapps.example.com",
 		"Deployment/operators/swa-controller-manager",
+		// Without leader election the Role holds only the roll-out states.
+		"Role/operators/swa-leader-election-role",
+		"RoleBinding/operators/swa-leader-election-rolebinding",
 		"ServiceAccount/operators/swa-controller-manager",
 	}
 	if got := keys(objs); !slices.Equal(got, want) {
-		t.Fatalf("renders\n  %s\nwant (no leader election Role, no metrics Service or reader role)\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		t.Fatalf("renders\n  %s\nwant (no Lease rules, no metrics Service or reader role)\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	for _, rule := range as[rbacv1.Role](t, find(t, objs, "Role", "swa-leader-election-role")).Rules {
+		if !slices.Equal(rule.Resources, []string{"configmaps"}) {
+			t.Errorf("Role rule %v with leader election off: want only the roll-out states' configmaps", rule)
+		}
 	}
 	dep := as[appsv1.Deployment](t, find(t, objs, "Deployment", "swa-controller-manager"))
 	c := dep.Spec.Template.Spec.Containers[0]
