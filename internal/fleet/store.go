@@ -66,11 +66,11 @@ func (s *Store) Admit(k Key, app string) string {
 			default:
 			}
 		}
-		return fmt.Sprintf("waits for the fleet roll-out of %s to be planned", k)
+		return waitMessage(k)
 	case st.Halted != nil:
 		return "waits: " + st.HaltMessage()
 	case !st.Admits(app):
-		return fmt.Sprintf("waits for wave %d of %d of the fleet roll-out of %s (wave %d in progress)", st.WaveOf(app)+1, len(st.Waves)+1, k, st.Wave+1)
+		return waitMessage(k)
 	}
 	return ""
 }
@@ -165,4 +165,11 @@ func (s *Store) supersededBy(k Key) []*State {
 		}
 	}
 	return out
+}
+
+// waitMessage is the same before the roll-out is planned and in every wave
+// before the app's: the status of a waiting app is written once, not once
+// per wave (the state and the metrics say which wave is under way).
+func waitMessage(k Key) string {
+	return fmt.Sprintf("waits for its wave of the fleet roll-out of %s", k)
 }
