@@ -168,7 +168,8 @@ func setupRollouts(mgr ctrl.Manager, opts RolloutOptions, channels *render.Chann
 	store := fleet.NewStore()
 	channels.Halts = store
 	roller := &fleet.Roller{Client: cl, Clientset: cs, Namespace: opts.Namespace, Namespaces: opts.Namespaces, Store: store,
-		Policy: opts.Policy, Wants: fleet.WantsOf(*channels), Every: opts.Every, OnTick: fleet.Report}
+		Policy: opts.Policy, Every: opts.Every, OnTick: fleet.Report,
+		NewWants: func() fleet.Wants { return fleet.WantsOf(*channels) }}
 	return store, mgr.Add(roller)
 }
 

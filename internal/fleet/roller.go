@@ -41,7 +41,8 @@ type Roller struct {
 	Namespaces []string
 	Store      *Store
 	Policy     Policy
-	Wants      Wants
+	// NewWants makes the Wants of one look at the fleet (WantsOf).
+	NewWants func() Wants
 	// Every is how often a roll-out under way is looked at.
 	Every time.Duration
 	// OnTick, when set, is called with the states after each look (metrics).
@@ -157,6 +158,7 @@ func (r *Roller) load(ctx context.Context, list func(labels.Selector) ([]*corev1
 // its roll-out needs of the apps it concerns.
 func (r *Roller) apps(ctx context.Context, keys map[Key]bool) (map[Key][]App, error) {
 	out := map[Key][]App{}
+	wants := r.NewWants()
 	namespaces := r.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{""}
@@ -173,9 +175,9 @@ func (r *Roller) apps(ctx context.Context, keys map[Key]bool) (map[Key][]App, er
 				if swa.Spec.Version != "" || !swa.DeletionTimestamp.IsZero() {
 					continue // pinned apps are not moved by a roll-out
 				}
-				want, wants := r.Wants(ctx, swa)
+				want, ok := wants(ctx, swa)
 				for k := range keys {
-					if a := AppOf(swa, k, wants && want == k); a.Relevant() {
+					if a := AppOf(swa, k, ok && want == k); a.Relevant() {
 						out[k] = append(out[k], a)
 					}
 				}

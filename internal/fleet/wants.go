@@ -30,15 +30,38 @@ func KeyOf(rel render.Release) (Key, error) {
 	return NewKey(rel.Version, h), err
 }
 
-// WantsOf is the Wants of channels: what the reconciler would roll out.
+// WantsOf is the Wants of channels: what the reconciler would roll out. It
+// resolves each channel once per running version and hashes each version's
+// package once, not once per SimpleWebApp: make one per look at the fleet,
+// since the channels may change in between.
 func WantsOf(channels render.Channels) Wants {
+	type resolved struct {
+		rel render.Release
+		err error
+	}
+	releases := map[string]resolved{}
+	keys := map[string]Key{}
 	return func(ctx context.Context, swa *webappv1.SimpleWebApp) (Key, bool) {
-		rel, err := channels.ResolveApp(ctx, swa)
-		if err != nil || !RollsOut(swa, rel) {
+		// ResolveApp reads only these of a SimpleWebApp that follows a
+		// channel (pinned ones are not asked about).
+		memo := swa.Spec.Channel + "\x00" + swa.Status.Version
+		r, ok := releases[memo]
+		if !ok {
+			r.rel, r.err = channels.ResolveApp(ctx, swa)
+			releases[memo] = r
+		}
+		if r.err != nil || !RollsOut(swa, r.rel) {
 			return Key{}, false
 		}
-		k, err := KeyOf(rel)
-		return k, err == nil
+		k, ok := keys[r.rel.Version]
+		if !ok {
+			var err error
+			if k, err = KeyOf(r.rel); err != nil {
+				return Key{}, false
+			}
+			keys[r.rel.Version] = k
+		}
+		return k, true
 	}
 }
 
