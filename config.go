@@ -233,5 +233,6 @@ func (c *Config) rollout() *controllers.RolloutOptions {
 	if !c.RolloutWaves {
 		return nil
 	}
-	return &controllers.RolloutOptions{Namespace: c.rolloutNamespace(), Namespaces: c.namespaces, Policy: c.RolloutPolicy, Every: c.RolloutEvery}
+	return &controllers.RolloutOptions{Namespace: c.rolloutNamespace(), Namespaces: c.namespaces, Policy: c.RolloutPolicy, Every: c.RolloutEvery,
+		Sharded: !c.shard.Empty()}
 }

@@ -74,6 +74,10 @@ type RolloutOptions struct {
 	Policy     fleet.Policy
 	// Every is how often a roll-out under way is looked at.
 	Every time.Duration
+	// Sharded: this operator reconciles only some SimpleWebApps
+	// (--watch-label-selector), so the fleet is listed from the API server
+	// rather than from its cache.
+	Sharded bool
 }
 
 // Setup wires a SimpleWebAppReconciler into mgr, and a ChannelWatcher when
@@ -155,8 +159,8 @@ func setupRollouts(mgr ctrl.Manager, opts RolloutOptions, channels *render.Chann
 	if opts.Every <= 0 {
 		opts.Every = 2 * time.Second
 	}
-	// Uncached: a shard's cache holds only its own SimpleWebApps, and the
-	// roll-out counts the whole fleet's.
+	// Writes, and a shard's lists: its cache holds only its own
+	// SimpleWebApps, and the roll-out counts the whole fleet's.
 	cl, err := client.New(mgr.GetConfig(), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient()})
 	if err != nil {
 		return nil, err
@@ -167,7 +171,11 @@ func setupRollouts(mgr ctrl.Manager, opts RolloutOptions, channels *render.Chann
 	}
 	store := fleet.NewStore()
 	channels.Halts = store
-	roller := &fleet.Roller{Client: cl, Clientset: cs, Namespace: opts.Namespace, Namespaces: opts.Namespaces, Store: store,
+	var apps client.Reader = mgr.GetClient()
+	if opts.Sharded {
+		apps = cl
+	}
+	roller := &fleet.Roller{Client: cl, Apps: apps, Paged: opts.Sharded, Clientset: cs, Namespace: opts.Namespace, Namespaces: opts.Namespaces, Store: store,
 		Policy: opts.Policy, Every: opts.Every, OnTick: fleet.Report,
 		NewWants: func() fleet.Wants { return fleet.WantsOf(*channels) }}
 	return store, mgr.Add(roller)

@@ -32,9 +32,13 @@ type Wants func(ctx context.Context, swa *webappv1.SimpleWebApp) (Key, bool)
 // sends nothing. Every shard runs one; they share the states in the cluster,
 // and a write that lost a race is read again.
 type Roller struct {
-	// Client lists the SimpleWebApps of every shard (uncached) and writes
-	// the states; Clientset watches the states in Namespace.
-	Client    client.Client
+	// Client writes the states; Clientset watches them in Namespace.
+	Client client.Client
+	// Apps lists the SimpleWebApps of the whole fleet: uncached when the
+	// operator is one of several shards (its cache holds only its own),
+	// then Paged, so the bytes held at once stay bounded.
+	Apps      client.Reader
+	Paged     bool
 	Clientset kubernetes.Interface
 	Namespace string
 	// Namespaces to list SimpleWebApps in; empty: all.
@@ -167,7 +171,11 @@ func (r *Roller) apps(ctx context.Context, keys map[Key]bool) (map[Key][]App, er
 		cont := ""
 		for {
 			var list webappv1.SimpleWebAppList
-			if err := r.Client.List(ctx, &list, client.InNamespace(ns), client.Limit(listPage), client.Continue(cont)); err != nil {
+			opts := []client.ListOption{client.InNamespace(ns)}
+			if r.Paged {
+				opts = append(opts, client.Limit(listPage), client.Continue(cont))
+			}
+			if err := r.Apps.List(ctx, &list, opts...); err != nil {
 				return nil, err
 			}
 			for i := range list.Items {
@@ -182,7 +190,7 @@ func (r *Roller) apps(ctx context.Context, keys map[Key]bool) (map[Key][]App, er
 					}
 				}
 			}
-			if cont = list.Continue; cont == "" {
+			if cont = list.Continue; cont == "" || !r.Paged {
 				break
 			}
 		}
