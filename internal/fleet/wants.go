@@ -26,7 +26,7 @@ func RollsOut(swa *webappv1.SimpleWebApp, rel render.Release) bool {
 
 // KeyOf is rel's Key.
 func KeyOf(rel render.Release) (Key, error) {
-	h, err := render.PackageHash(rel.Files)
+	h, err := rel.PackageHash()
 	return NewKey(rel.Version, h), err
 }
 

@@ -162,18 +162,19 @@ func timedOutBefore(swa *webappv1.SimpleWebApp, key string) error {
 	return step.Stalled(webappv1.ReasonRenderTimeout, "%s", c.Message)
 }
 
-// renderKey hashes the package's files and the SimpleWebApp's identity and
-// spec.
+// renderKey hashes the package's content and the SimpleWebApp's identity
+// and spec.
 func renderKey(rel Release, swa *webappv1.SimpleWebApp) (string, error) {
-	h := sha256.New()
-	if err := hashFiles(h, rel.Files); err != nil {
+	pkg, err := rel.PackageHash()
+	if err != nil {
 		return "", err
 	}
 	spec, err := json.Marshal(swa.Spec)
 	if err != nil {
 		return "", err
 	}
-	h.Write([]byte(rel.Version + "\x00" + swa.Namespace + "\x00" + swa.Name + "\x00"))
+	h := sha256.New()
+	h.Write([]byte(pkg + "\x00" + rel.Version + "\x00" + swa.Namespace + "\x00" + swa.Name + "\x00"))
 	h.Write(spec)
 	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -3,6 +3,7 @@ package render
 import (
 	"context"
 	"crypto/sha256"
+	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -29,6 +30,8 @@ type Release struct {
 	Version         string
 	// Files is the package directory (a kustomize base).
 	Files fs.FS
+	// embedded is set when Files comes from an embed.FS (PackageHash).
+	embedded *embeddedPackage
 	// Withdrawn is set when the version is withdrawn (WithdrawnFile) and the
 	// SimpleWebApp keeps it only because it already runs it (ResolveApp).
 	Withdrawn *Withdrawal
@@ -98,14 +101,14 @@ func (c Channels) resolve(ctx context.Context, spec webappv1.SimpleWebAppSpec, s
 		rel.Version = latest.Version
 	}
 	dir := path.Join("packages", PackageName, rel.Version)
-	files, err := c.sub(dir)
+	files, embedded, err := c.sub(dir)
 	if err != nil {
 		if rel.Channel != "" {
 			return rel, step.Stalled(webappv1.ReasonVersionNotFound, "channel %q lists version %s, which has no package", rel.Channel, rel.Version)
 		}
 		return rel, step.Stalled(webappv1.ReasonVersionNotFound, "version %s of %s does not exist", rel.Version, PackageName)
 	}
-	rel.Files = files
+	rel.Files, rel.embedded = files, embedded
 	return rel, nil
 }
 
@@ -122,15 +125,20 @@ func (c Channels) read(name string) ([]byte, string, error) {
 }
 
 // sub returns a package directory (one with a kustomization.yaml) from Dir if
-// it is there, else from FS.
-func (c Channels) sub(dir string) (fs.FS, error) {
+// it is there, else from FS, and where in an embed.FS it is, if it is in one.
+func (c Channels) sub(dir string) (fs.FS, *embeddedPackage, error) {
 	for _, src := range []fs.FS{c.Dir, c.FS} {
 		if src == nil {
 			continue
 		}
 		if _, err := fs.Stat(src, path.Join(dir, "kustomization.yaml")); err == nil {
-			return fs.Sub(src, dir)
+			files, err := fs.Sub(src, dir)
+			var embedded *embeddedPackage
+			if e, ok := src.(embed.FS); ok {
+				embedded = &embeddedPackage{fs: e, dir: dir}
+			}
+			return files, embedded, err
 		}
 	}
-	return nil, fmt.Errorf("%s: %w", dir, fs.ErrNotExist)
+	return nil, nil, fmt.Errorf("%s: %w", dir, fs.ErrNotExist)
 }

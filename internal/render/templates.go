@@ -128,7 +128,7 @@ func (t *templatePass) build(rel Release, swa *webappv1.SimpleWebApp, patches []
 	if err != nil {
 		return kustomizer{}.build(rel, swa, patches)
 	}
-	pkg, err := PackageHash(rel.Files)
+	pkg, err := rel.PackageHash()
 	if err != nil || !t.sameAsKustomize(rel, pkg) {
 		return t.counted(rel, swa, patches)
 	}

@@ -121,7 +121,7 @@ func (c Channels) ResolveApp(ctx context.Context, swa *webappv1.SimpleWebApp) (R
 
 // halted asks Halts about rel's version by its content.
 func (c Channels) halted(rel Release) (string, bool) {
-	hash, err := PackageHash(rel.Files)
+	hash, err := rel.PackageHash()
 	if err != nil {
 		return "", false
 	}
