@@ -27,22 +27,35 @@ type convergeStart struct {
 // over the first 20 s of the convergence, with -pprof; the returned channel
 // is closed once the operator's is saved (at once without -pprof).
 func (r *opRun) profileConvergence() <-chan struct{} {
+	return r.profile("", 20*time.Second)
+}
+
+// profile saves CPU profiles of the operator and the API server over the
+// next d, named after phase, with -pprof; the returned channel is closed
+// once the operator's is saved (at once without -pprof).
+func (r *opRun) profile(phase string, d time.Duration) <-chan struct{} {
 	o := r.o
 	cpuProfiled := make(chan struct{})
 	if !r.pprof {
 		close(cpuProfiled)
 		return cpuProfiled
 	}
-	// Where the operator's CPU goes while it converges.
+	name := func(what string) string {
+		if phase != "" {
+			what += "-" + phase
+		}
+		return filepath.Join(o.out, fmt.Sprintf("%s-n%d-ns%d.pb.gz", what, o.n, o.namespaces))
+	}
+	// Where the operator's CPU goes.
 	go func() {
 		defer close(cpuProfiled)
-		if err := r.op.cpuProfile(filepath.Join(o.out, fmt.Sprintf("cpu-n%d-ns%d.pb.gz", o.n, o.namespaces)), 20*time.Second); err != nil {
+		if err := r.op.cpuProfile(name("cpu"), d); err != nil {
 			logf("  CPU profile: %v", err)
 		}
 	}()
 	go func() {
-		// The API server's side of the same 20 s.
-		if err := apiServerCPUProfile(r.e.Cluster, filepath.Join(o.out, fmt.Sprintf("apiserver-cpu-n%d-ns%d.pb.gz", o.n, o.namespaces)), 20*time.Second); err != nil {
+		// The API server's side of the same time.
+		if err := apiServerCPUProfile(r.e.Cluster, name("apiserver-cpu"), d); err != nil {
 			logf("  kube-apiserver CPU profile: %v", err)
 		}
 	}()

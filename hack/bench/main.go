@@ -39,6 +39,7 @@ type opts struct {
 	out                                        string
 	skipBare, skipChannelMove, pprof, keep     bool
 	baselineChannelMove                        bool
+	baselineFirst                              bool
 	operatorArgs, gomemlimit, gogc             string
 	hostileApps                                int
 	skipHostile                                bool
@@ -66,6 +67,7 @@ func main() {
 	flag.BoolVar(&o.skipBare, "skip-bare", false, "do not run the bare client")
 	flag.BoolVar(&o.skipChannelMove, "skip-channel-move", false, "do not move the channel")
 	flag.BoolVar(&o.baselineChannelMove, "baseline-channel-move", false, "move the channel for the baseline too")
+	flag.BoolVar(&o.baselineFirst, "baseline-first", false, "measure the baseline before the operator (the later of two runs is the slower: run both orders)")
 	flag.BoolVar(&o.pprof, "pprof", false, "save a CPU profile of the operator's first 20 s of convergence and a heap profile after the restart (needs --pprof-bind-address, so not for a baseline)")
 	flag.BoolVar(&o.keep, "keep", false, "keep the clusters' directories (logs, audit logs)")
 	flag.StringVar(&o.operatorArgs, "operator-args", "", "more flags for the operator (space-separated)")
@@ -166,6 +168,7 @@ func newResult(root string, o opts) *result {
 			"creates in flight":                            fmt.Sprint(o.workers),
 			"quiet":                                        o.quiet.String(),
 			"operator args":                                o.operatorArgs,
+			"order":                                        map[bool]string{true: "baseline, then operator", false: "operator, then baseline"}[o.baselineFirst],
 			"operator GOGC / GOMEMLIMIT":                   o.gogc + " / " + o.gomemlimit,
 		},
 	}
@@ -188,13 +191,29 @@ func buildBaseline(work, rev, short string) (bin, root string, err error) {
 }
 
 // measure runs each side on its own cluster, one after the other: the bare
-// client, the operator, the baseline (baseBin, built from baseRoot).
+// client, the operator, the baseline (baseBin, built from baseRoot); with
+// -baseline-first the baseline before the operator.
 func measure(ctx context.Context, work, root, bin, baseRoot, baseBin string, o opts, res *result) error {
 	var err error
 	if !o.skipBare {
 		logf("== bare server-side-apply client")
 		if res.Bare, err = runBare(ctx, filepath.Join(work, "bare"), root, o); err != nil {
 			return fmt.Errorf("bare: %w", err)
+		}
+	}
+	baseline := func() error {
+		if o.baseline == "" {
+			return nil
+		}
+		logf("== baseline %s", res.BaselineRev)
+		if res.Baseline, err = runOperator(ctx, filepath.Join(work, "baseline"), baseRoot, baseBin, "baseline", o, o.baselineChannelMove && !o.skipChannelMove, false); err != nil {
+			return fmt.Errorf("baseline: %w", err)
+		}
+		return nil
+	}
+	if o.baselineFirst {
+		if err := baseline(); err != nil {
+			return err
 		}
 	}
 	logf("== operator")
@@ -207,13 +226,10 @@ func measure(ctx context.Context, work, root, bin, baseRoot, baseBin string, o o
 			return fmt.Errorf("hostile neighbours: %w", err)
 		}
 	}
-	if o.baseline != "" {
-		logf("== baseline %s", res.BaselineRev)
-		if res.Baseline, err = runOperator(ctx, filepath.Join(work, "baseline"), baseRoot, baseBin, "baseline", o, o.baselineChannelMove && !o.skipChannelMove, false); err != nil {
-			return fmt.Errorf("baseline: %w", err)
-		}
+	if o.baselineFirst {
+		return nil
 	}
-	return nil
+	return baseline()
 }
 
 // writeResult writes res as JSON into o.out and prints its table.

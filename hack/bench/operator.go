@@ -53,6 +53,12 @@ type channelMoveResult struct {
 	MaxInFlight    int     `json:"maxUpgradesInFlight"`
 	FailedUpgrades int     `json:"failedUpgrades"`
 	Rollbacks      float64 `json:"rollbacksMetric"`
+	// CPU seconds over the move: the operator's, the control plane's by
+	// process, and the machine's stolen by its host (a move's time depends
+	// on all three; CPU compares builds where wall time varies by run).
+	OperatorCPU     float64            `json:"operatorCPUSeconds"`
+	ControlPlaneCPU map[string]float64 `json:"controlPlaneCPUSeconds"`
+	StealSeconds    float64            `json:"stealSeconds"`
 }
 
 // opRun is one operator build measured on its own cluster: what runOperator's
@@ -223,22 +229,27 @@ func (r *opRun) moveChannel() error {
 	cm := &channelMoveResult{}
 	e.track.resetMaxUpgrades()
 	mark := e.audit.mark()
+	cpu0, cp0, steal0 := statsOf(r.op.Pid()).CPUSeconds, controlPlaneCPU(e.Cluster), stealSeconds()
 	t0 := time.Now()
 	if err := writeChannel(r.cdir, fromVersion, toVersion); err != nil {
 		return err
 	}
+	profiled := r.profile("move", 60*time.Second)
 	_, ok := waitUntil(40*time.Minute, func() bool { c := e.track.counts(); return c.atVersion[toVersion] >= o.n && c.upgrading == 0 },
 		func() string {
 			c := e.track.counts()
 			return fmt.Sprintf("%d ready at %s, %d upgrading, %d failed upgrades", c.atVersion[toVersion], toVersion, c.upgrading, c.failedUpgrade)
 		})
 	cm.Seconds = time.Since(t0).Seconds()
+	cm.OperatorCPU = statsOf(r.op.Pid()).CPUSeconds - cpu0
+	cm.ControlPlaneCPU, cm.StealSeconds = cpuSince(e.Cluster, cp0), stealSeconds()-steal0
+	<-profiled
 	e.audit.waitQuiet(operatorUser, o.quiet, 5*time.Minute)
 	cm.Requests = summarise(e.audit.since(mark, operatorUser), false)
 	cm.MaxInFlight = e.track.maxUpgrades()
 	cm.FailedUpgrades = e.track.counts().failedUpgrade
 	cm.Rollbacks = r.op.scrape("simplewebapp_rollbacks_total", nil)
 	r.res.ChannelMove = cm
-	logf("  channel move (complete=%v): %.1fs, max %d upgrades in flight, %d failed upgrades, %d requests", ok, cm.Seconds, cm.MaxInFlight, cm.FailedUpgrades, cm.Requests.Total)
+	logf("  channel move (complete=%v): %.1fs, max %d upgrades in flight, %d failed upgrades, %d requests; CPU s: operator %.1f, %s; stolen %.1f", ok, cm.Seconds, cm.MaxInFlight, cm.FailedUpgrades, cm.Requests.Total, cm.OperatorCPU, controlPlaneCPUText(cm.ControlPlaneCPU), cm.StealSeconds)
 	return nil
 }

@@ -258,3 +258,18 @@ func (op *operator) heapProfile(path string) (string, error) {
 	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", "-sample_index=inuse_space", path).CombinedOutput()
 	return string(out), err
 }
+
+// stealSeconds is the CPU time the host has taken from this machine's
+// CPUs since boot (/proc/stat's steal, in USER_HZ ticks of 10 ms).
+func stealSeconds() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	ticks, _ := strconv.ParseFloat(f[8], 64)
+	return ticks / 100
+}

@@ -155,6 +155,13 @@ func operatorFigures(n float64) []figure {
 			cm := o.ChannelMove
 			return fmt.Sprintf("%.1f s, max %d upgrades in flight, %d failed upgrades (rollbacks %.0f), %.2f requests/app", cm.Seconds, cm.MaxInFlight, cm.FailedUpgrades, cm.Rollbacks, float64(cm.Requests.Total)/n)
 		}},
+		{"channel move: CPU seconds (stolen by the host)", "–", func(o *opResult) string {
+			if o.ChannelMove == nil {
+				return "not run"
+			}
+			cm := o.ChannelMove
+			return fmt.Sprintf("operator %.1f, %s (%.1f)", cm.OperatorCPU, controlPlaneCPUText(cm.ControlPlaneCPU), cm.StealSeconds)
+		}},
 	}
 }
 
