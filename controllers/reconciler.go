@@ -63,9 +63,12 @@ type SimpleWebAppReconciler struct {
 
 // Waits before a reconcile runs again.
 const (
-	// upgradeSlotRetry: a SimpleWebApp waiting for an upgrade slot looks
-	// again.
-	upgradeSlotRetry = 3 * time.Second
+	// upgradeSlotRetry: a SimpleWebApp waiting for an upgrade slot or its
+	// wave looks again. It is woken when it may go on (upgradeSlots.wake,
+	// wakeFollowers); this is for a wake-up that went to one that no longer
+	// needed it. Short waits would have every waiting SimpleWebApp of a
+	// large fleet pass again and again while a channel move is under way.
+	upgradeSlotRetry = 10 * time.Second
 	// unansweredRetry is the least wait after a failure for want of an
 	// answer: a restarting API server answers some requests (which lift
 	// APIReach's hold) and drops others, and held reconciles retried at

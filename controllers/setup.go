@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -104,13 +105,14 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 	if err := mgr.Add(events); err != nil {
 		return nil, err
 	}
-	var haltEvents chan event.GenericEvent
+	// Waiting SimpleWebApps are woken when they may go on: a freed upgrade
+	// slot, a roll-out's new wave, halt or resume.
+	wakeEvents := make(chan event.GenericEvent)
 	if opts.Rollout != nil {
 		if rollouts, err = setupRollouts(mgr, *opts.Rollout, &opts.Channels); err != nil {
 			return nil, err
 		}
-		haltEvents = make(chan event.GenericEvent)
-		rollouts.OnHalts = wakeOnHalts(mgr.GetClient(), haltEvents)
+		rollouts.OnChange = wakeFollowers(mgr.GetClient(), wakeEvents)
 	}
 	applier := apply.NewApplier(mgr.GetClient(), mgr.GetAPIReader(), dyn, mgr.GetRESTMapper())
 	r := &SimpleWebAppReconciler{
@@ -121,7 +123,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 		Applier:                 applier,
 		Status:                  &statusWriter{client: mgr.GetClient(), writes: applier.Writes, batch: opts.StatusDelay},
 		MaxConcurrentReconciles: opts.MaxConcurrentReconciles,
-		Upgrades:                &upgradeSlots{max: opts.MaxConcurrentUpgrades},
+		Upgrades:                &upgradeSlots{max: opts.MaxConcurrentUpgrades, wake: wake(wakeEvents)},
 		Reach:                   opts.Reach,
 		RefusedPatches:          opts.RefusedPatches,
 		Images:                  opts.Images,
@@ -144,7 +146,7 @@ func Setup(mgr ctrl.Manager, opts Options) (*SimpleWebAppReconciler, error) {
 			return nil, err
 		}
 	}
-	return r, r.SetupWithManager(mgr, channelEvents, haltEvents)
+	return r, r.SetupWithManager(mgr, channelEvents, wakeEvents)
 }
 
 // setupRollouts adds the Roller to mgr and makes channels pass over the
@@ -181,11 +183,12 @@ func setupRollouts(mgr ctrl.Manager, opts RolloutOptions, channels *render.Chann
 	return store, mgr.Add(roller)
 }
 
-// wakeOnHalts returns a fleet.Store.OnHalts that reconciles the
-// SimpleWebApps following a channel when a halt begins or ends: those
-// waiting for the version, and those stalled after a rollback of it, are
-// not reconciled otherwise. The cache holds only this shard's.
-func wakeOnHalts(reader client.Reader, events chan<- event.GenericEvent) func(map[string]bool) {
+// wakeFollowers returns a fleet.Store.OnChange that reconciles the
+// SimpleWebApps following a channel when a roll-out admits others: those
+// waiting for the version would otherwise look again only on their own,
+// and those stalled after a rollback of it not at all. The cache holds only
+// this shard's.
+func wakeFollowers(reader client.Reader, events chan<- event.GenericEvent) func(map[string]bool) {
 	return func(map[string]bool) {
 		go func() {
 			var list webappv1.SimpleWebAppList
@@ -198,5 +201,16 @@ func wakeOnHalts(reader client.Reader, events chan<- event.GenericEvent) func(ma
 				}
 			}
 		}()
+	}
+}
+
+// wake returns an upgradeSlots.wake that reconciles one SimpleWebApp.
+func wake(events chan<- event.GenericEvent) func(types.NamespacedName) {
+	return func(key types.NamespacedName) {
+		swa := &webappv1.SimpleWebApp{}
+		swa.Namespace, swa.Name = key.Namespace, key.Name
+		// Not from the worker that freed the slot: the event source may be
+		// busy, and the worker has a pass to finish.
+		go func() { events <- event.GenericEvent{Object: swa} }()
 	}
 }

@@ -13,10 +13,17 @@ import (
 // lets a bad version be rolled back on a few SimpleWebApps before it reaches
 // the rest. A SimpleWebApp holds its slot from the apply of the new version
 // until it is Ready or rolled back.
+//
+// A freed slot wakes the SimpleWebApp that has waited longest (wake), so
+// slots do not stand empty until a waiting one looks again on its own.
 type upgradeSlots struct {
-	max int // 0: unbounded
-	mu  sync.Mutex
-	in  map[types.NamespacedName]bool
+	max  int                        // 0: unbounded
+	wake func(types.NamespacedName) // nil: waiting ones only look again on their own
+
+	mu      sync.Mutex
+	in      map[types.NamespacedName]bool
+	waiting []types.NamespacedName        // refused a slot, oldest first
+	queued  map[types.NamespacedName]bool // in waiting and still waiting
 }
 
 // acquire takes a slot for key and reports whether it holds one. A
@@ -26,19 +33,61 @@ func (s *upgradeSlots) acquire(key types.NamespacedName, underWay bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.in == nil {
-		s.in = map[types.NamespacedName]bool{}
+		s.in, s.queued = map[types.NamespacedName]bool{}, map[types.NamespacedName]bool{}
 	}
 	if s.in[key] || underWay || s.max <= 0 || len(s.in) < s.max {
 		s.in[key] = true
+		delete(s.queued, key)
 		return true
+	}
+	if !s.queued[key] {
+		s.queued[key] = true
+		s.waiting = append(s.waiting, key)
+		s.compact()
 	}
 	return false
 }
 
+// compact drops the keys that stopped waiting (they got a slot on their own
+// or went away) once they are most of the queue, so it stays in proportion
+// to the SimpleWebApps that wait.
+func (s *upgradeSlots) compact() {
+	if len(s.waiting) <= 2*len(s.queued)+16 {
+		return
+	}
+	kept, seen := s.waiting[:0], map[types.NamespacedName]bool{}
+	for _, k := range s.waiting {
+		if s.queued[k] && !seen[k] {
+			seen[k] = true
+			kept = append(kept, k)
+		}
+	}
+	s.waiting = kept
+}
+
+// release frees key's slot (and forgets it as a waiting one: it is gone or
+// no longer upgrading), and wakes the longest waiting SimpleWebApp.
 func (s *upgradeSlots) release(key types.NamespacedName) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	held := s.in[key]
 	delete(s.in, key)
+	delete(s.queued, key)
+	var next types.NamespacedName
+	woken := false
+	for held && !woken && len(s.waiting) > 0 {
+		next, s.waiting = s.waiting[0], s.waiting[1:]
+		// Taken off the queue: if it loses the slot to another, its next
+		// refusal queues it again, last.
+		woken = s.queued[next]
+		delete(s.queued, next)
+	}
+	if len(s.waiting) == 0 {
+		s.waiting = nil // let the array go
+	}
+	s.mu.Unlock()
+	if woken && s.wake != nil {
+		s.wake(next)
+	}
 }
 
 func (s *upgradeSlots) inFlight() int {

@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -29,6 +31,78 @@ func TestUpgradeSlots(t *testing.T) {
 	}
 	if !(&upgradeSlots{}).acquire(a, false) {
 		t.Error("0 means unbounded")
+	}
+}
+
+// A freed slot wakes the SimpleWebApp that has waited longest, once; one
+// that got a slot or went away meanwhile is passed over.
+func TestUpgradeSlotsWakeTheLongestWaiting(t *testing.T) {
+	var woken []string
+	s := &upgradeSlots{max: 1, wake: func(k types.NamespacedName) { woken = append(woken, k.Name) }}
+	n := func(name string) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: name} }
+	s.acquire(n("holder"), false)
+	for _, name := range []string{"b", "c", "b", "d", "e"} { // b asks twice: queued once
+		if s.acquire(n(name), false) {
+			t.Fatalf("%s got a slot while it was taken", name)
+		}
+	}
+	s.release(n("c")) // gone without a slot: wakes no one
+	if len(woken) != 0 {
+		t.Fatalf("a release without a slot woke %v", woken)
+	}
+	s.release(n("holder"))
+	if !s.acquire(n("b"), false) { // the woken one takes the slot
+		t.Fatal("b got no slot")
+	}
+	s.release(n("b")) // c went away: d is next
+	if s.acquire(n("x"), false) != true {
+		t.Fatal("x got no free slot") // x took it before d looked
+	}
+	if s.acquire(n("d"), false) {
+		t.Fatal("d got a taken slot")
+	}
+	s.release(n("x")) // d lost its turn and queued again, after e
+	want := []string{"b", "d", "e"}
+	if strings.Join(woken, ",") != strings.Join(want, ",") {
+		t.Errorf("woken %v, want %v", woken, want)
+	}
+	if !s.acquire(n("e"), false) {
+		t.Fatal("e got no slot")
+	}
+	s.release(n("e"))
+	s.release(n("nobody")) // nothing held, nothing woken
+	if want = append(want, "d"); strings.Join(woken, ",") != strings.Join(want, ",") {
+		t.Errorf("woken %v, want %v", woken, want)
+	}
+}
+
+// The queue stays in proportion to the SimpleWebApps that wait, however
+// often one that was not woken takes a freed slot and queues again later.
+func TestUpgradeSlotsQueueIsBounded(t *testing.T) {
+	var woken types.NamespacedName
+	s := &upgradeSlots{max: 1, wake: func(k types.NamespacedName) { woken = k }}
+	apps := make([]types.NamespacedName, 10)
+	for i := range apps {
+		apps[i] = types.NamespacedName{Name: fmt.Sprint("app-", i)}
+	}
+	holder := types.NamespacedName{Name: "holder"}
+	s.acquire(holder, false)
+	for round := range 1000 {
+		for _, k := range apps {
+			s.acquire(k, false) // refused: queued unless it is
+		}
+		s.release(holder)
+		next := apps[round%len(apps)]
+		if next == woken {
+			next = apps[(round+1)%len(apps)]
+		}
+		if !s.acquire(next, false) { // not the woken one: its entry stays behind
+			t.Fatalf("round %d: %s got no free slot", round, next.Name)
+		}
+		holder = next
+	}
+	if len(s.waiting) > 2*len(apps)+16 {
+		t.Errorf("%d keys queued for %d SimpleWebApps", len(s.waiting), len(apps))
 	}
 }
 

@@ -29,8 +29,8 @@ var reconcileRequested = predicate.Funcs{
 // SetupWithManager watches SimpleWebApps (spec changes and requested
 // reconciles) and the managed kinds they own (deletions and hand edits at
 // once, a Deployment's status changes batched), and, when given, the events
-// of a ChannelWatcher.
-func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager, channelEvents, haltEvents <-chan event.GenericEvent) error {
+// of a ChannelWatcher and the wake-ups of waiting SimpleWebApps.
+func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager, channelEvents, wakeEvents <-chan event.GenericEvent) error {
 	workers := r.MaxConcurrentReconciles
 	if workers <= 0 {
 		workers = DefaultMaxConcurrentReconciles
@@ -45,7 +45,7 @@ func (r *SimpleWebAppReconciler) SetupWithManager(mgr ctrl.Manager, channelEvent
 	for _, k := range render.ManagedKinds {
 		b = b.WatchesRawSource(source.Kind(mgr.GetCache(), k.New(), handler.TypedEventHandler[client.Object, ctrl.Request](children)))
 	}
-	for _, events := range []<-chan event.GenericEvent{channelEvents, haltEvents} {
+	for _, events := range []<-chan event.GenericEvent{channelEvents, wakeEvents} {
 		if events != nil {
 			b = b.WatchesRawSource(source.Channel(events, &handler.EnqueueRequestForObject{}))
 		}

@@ -214,7 +214,7 @@ func TestStoreAdmit(t *testing.T) {
 		t.Errorf("wanted %v, want %v", wanted, key)
 	}
 	var woken map[string]bool
-	s.OnHalts = func(v map[string]bool) { woken = v }
+	s.OnChange = func(v map[string]bool) { woken = v }
 	st := &State{Key: key, Waves: [][]string{{"a/app-0"}, {"b/app-0"}}}
 	s.put(st)
 	if why := s.Admit(key, "a/app-0"); why != "" {
@@ -223,9 +223,26 @@ func TestStoreAdmit(t *testing.T) {
 	if why := s.Admit(key, "b/app-0"); why != unplanned {
 		t.Errorf("second-wave app: %q, want the message it had before the plan, %q (one status write)", why, unplanned)
 	}
-	if woken != nil {
-		t.Errorf("woken %v without a halt", woken)
+	if !woken[key.Version] {
+		t.Errorf("the plan woke %v", woken)
 	}
+	woken = nil
+	failed := *st
+	failed.Failures = []Failure{{App: "a/app-0"}}
+	s.put(&failed)
+	if woken != nil {
+		t.Errorf("a counted failure woke %v: it admits no other app", woken)
+	}
+	next := failed
+	next.Wave = 1
+	s.set(map[Key]*State{key: &next})
+	if !woken[key.Version] {
+		t.Errorf("the next wave woke %v", woken)
+	}
+	if why := s.Admit(key, "b/app-0"); why != "" {
+		t.Errorf("second-wave app in the second wave: %q", why)
+	}
+	woken = nil
 	halted := *st
 	halted.Halted = &Halt{Reason: "2 of 2 upgrades to it failed"}
 	s.put(&halted)

@@ -10,10 +10,12 @@ import (
 // Store is this process's copy of the roll-out states, read by the
 // reconciler (Admit, Halted) and kept by the Roller.
 type Store struct {
-	// OnHalts, when set, is called with the versions that were halted or
-	// resumed (their SimpleWebApps' status changes, and nothing else would
-	// reconcile those that are stalled after a rollback).
-	OnHalts func(versions map[string]bool)
+	// OnChange, when set, is called with the versions whose roll-out now
+	// admits other apps: it was planned, a wave moved on, it halted or
+	// resumed. Their waiting SimpleWebApps may start (or their status
+	// changes), and nothing else would reconcile those stalled after a
+	// rollback.
+	OnChange func(versions map[string]bool)
 
 	mu     sync.Mutex
 	loaded bool
@@ -78,7 +80,7 @@ func (s *Store) Admit(k Key, app string) string {
 // set replaces the states with what the cluster holds.
 func (s *Store) set(states map[Key]*State) {
 	s.mu.Lock()
-	changed := haltChanges(s.states, states)
+	changed := admitChanges(s.states, states)
 	s.states, s.loaded = states, true
 	for k := range s.wanted {
 		if states[k] != nil {
@@ -86,32 +88,43 @@ func (s *Store) set(states map[Key]*State) {
 		}
 	}
 	s.mu.Unlock()
-	s.haltsChanged(changed)
+	s.admitsChanged(changed)
 }
 
 // put records one state just written.
 func (s *Store) put(st *State) {
 	s.mu.Lock()
-	changed := haltChanges(map[Key]*State{st.Key: s.states[st.Key]}, map[Key]*State{st.Key: st})
+	changed := admitChanges(map[Key]*State{st.Key: s.states[st.Key]}, map[Key]*State{st.Key: st})
 	s.states[st.Key] = st
 	delete(s.wanted, st.Key)
 	s.mu.Unlock()
-	s.haltsChanged(changed)
+	s.admitsChanged(changed)
 }
 
-func (s *Store) haltsChanged(versions map[string]bool) {
-	if len(versions) > 0 && s.OnHalts != nil {
-		s.OnHalts(versions)
+func (s *Store) admitsChanged(versions map[string]bool) {
+	if len(versions) > 0 && s.OnChange != nil {
+		s.OnChange(versions)
 	}
 }
 
-// haltChanges are the versions halted in one of a and b but not the other.
-func haltChanges(a, b map[Key]*State) map[string]bool {
+// admitChanges are the versions whose roll-out admits other apps in b than
+// in a: planned, at another wave, halted or resumed.
+func admitChanges(a, b map[Key]*State) map[string]bool {
+	type admits struct {
+		planned, halted bool
+		wave            int
+	}
+	of := func(m map[Key]*State, k Key) admits {
+		st := m[k]
+		if st == nil {
+			return admits{}
+		}
+		return admits{planned: true, halted: st.Halted != nil, wave: st.Wave}
+	}
 	out := map[string]bool{}
-	halted := func(m map[Key]*State, k Key) bool { return m[k] != nil && m[k].Halted != nil }
 	for _, m := range []map[Key]*State{a, b} {
 		for k := range m {
-			if halted(a, k) != halted(b, k) {
+			if of(a, k) != of(b, k) {
 				out[k.Version] = true
 			}
 		}
