@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -71,6 +70,7 @@ type opRun struct {
 	pprof bool
 	cdir  string   // the --channels-dir
 	args  []string // the operator's flags, also after the restart
+	env   []string // its GOGC and GOMEMLIMIT (runtimeEnv)
 	op    *operator
 	res   *opResult
 }
@@ -120,32 +120,31 @@ func (r *opRun) start(ctx context.Context, root string) error {
 	if r.name == "operator" && r.o.operatorArgs != "" {
 		r.args = append(r.args, strings.Fields(r.o.operatorArgs)...)
 	}
-	if err := setRuntimeEnv(root, r.name, r.o); err != nil {
+	env, err := runtimeEnv(root, r.name, r.o)
+	if err != nil {
 		return err
 	}
-	var err error
-	r.op, err = startOperator(ctx, r.e, r.bin, r.name, r.pprof, r.args)
+	r.env = env
+	r.op, err = startOperator(ctx, r.e, r.bin, r.name, r.pprof, r.args, r.env)
 	return err
 }
 
-// setRuntimeEnv sets the bench's own GOGC and GOMEMLIMIT, which the operator
-// inherits: as its Deployment sets them (runtimeEnvOfDeployment) or the flags
-// say; a baseline as its own revision's Deployment sets them.
-func setRuntimeEnv(root, name string, o opts) error {
+// runtimeEnv is the operator's GOGC and GOMEMLIMIT: as its Deployment sets
+// them (runtimeEnvOfDeployment) or the flags say; a baseline's as its own
+// revision's Deployment sets them. They go to the operator's process only:
+// set in the bench's own environment, they reached every cluster started
+// after the first operator, and its kube-apiserver spent most of its CPU
+// collecting garbage under the operator's memory limit.
+func runtimeEnv(root, name string, o opts) ([]string, error) {
 	env := opts{gogc: o.gogc, gomemlimit: o.gomemlimit}
 	if name != "operator" {
 		env = opts{}
 		if err := runtimeEnvOfDeployment(root, &env); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	for k, v := range map[string]string{"GOGC": env.gogc, "GOMEMLIMIT": env.gomemlimit} {
-		os.Unsetenv(k)
-		if v != "" {
-			os.Setenv(k, v)
-		}
-	}
-	return nil
+	// Empty is the runtime's default: GOGC=100, no memory limit.
+	return []string{"GOGC=" + env.gogc, "GOMEMLIMIT=" + env.gomemlimit}, nil
 }
 
 // restart stops the operator and starts it again with nothing changed, then
@@ -161,7 +160,7 @@ func (r *opRun) restart(ctx context.Context) error {
 	}
 	mark := e.audit.mark()
 	t0 := time.Now()
-	restarted, err := startOperator(ctx, e, r.bin, r.name+"-restarted", r.pprof, r.args)
+	restarted, err := startOperator(ctx, e, r.bin, r.name+"-restarted", r.pprof, r.args, r.env)
 	if err != nil {
 		return err
 	}

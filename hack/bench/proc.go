@@ -51,7 +51,7 @@ type operator struct {
 	pprof   string // http://addr/debug/pprof ("" if not served)
 }
 
-func startOperator(ctx context.Context, e *env, bin, name string, pprof bool, args []string) (*operator, error) {
+func startOperator(ctx context.Context, e *env, bin, name string, pprof bool, args, env []string) (*operator, error) {
 	ports, err := localcluster.FreePorts(2)
 	if err != nil {
 		return nil, err
@@ -65,7 +65,7 @@ func startOperator(ctx context.Context, e *env, bin, name string, pprof bool, ar
 	op.Operator, err = operatortest.Start(operatortest.Config{
 		Name: name, Bin: bin, Kubeconfig: e.opID.Kubeconfig,
 		Args:    append(all, args...),
-		LogPath: filepath.Join(e.Dir, name+".log"), OutOfCluster: true,
+		LogPath: filepath.Join(e.Dir, name+".log"), OutOfCluster: true, Env: env,
 	})
 	if err != nil {
 		return nil, err
