@@ -136,7 +136,7 @@ func (r *SimpleWebAppReconciler) gate(ctx context.Context, swa *webappv1.SimpleW
 			return rendered, nil
 		}
 	}
-	if o.gate.upgrade == nil {
+	if o.gate.upgrade == nil && o.waitingForUpgrade == "" {
 		r.Upgrades.release(types.NamespacedName{Namespace: swa.Namespace, Name: swa.Name}) // done, rolled back, or never an upgrade
 	}
 	return rendered, nil

@@ -24,6 +24,7 @@ type upgradeSlots struct {
 	in      map[types.NamespacedName]bool
 	waiting []types.NamespacedName        // refused a slot, oldest first
 	queued  map[types.NamespacedName]bool // in waiting and still waiting
+	woken   map[types.NamespacedName]bool // woken, not yet back for a slot
 }
 
 // acquire takes a slot for key and reports whether it holds one. A
@@ -32,9 +33,8 @@ type upgradeSlots struct {
 func (s *upgradeSlots) acquire(key types.NamespacedName, underWay bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.in == nil {
-		s.in, s.queued = map[types.NamespacedName]bool{}, map[types.NamespacedName]bool{}
-	}
+	s.init()
+	delete(s.woken, key)
 	if s.in[key] || underWay || s.max <= 0 || len(s.in) < s.max {
 		s.in[key] = true
 		delete(s.queued, key)
@@ -65,27 +65,40 @@ func (s *upgradeSlots) compact() {
 	s.waiting = kept
 }
 
-// release frees key's slot (and forgets it as a waiting one: it is gone or
-// no longer upgrading), and wakes the longest waiting SimpleWebApp.
+func (s *upgradeSlots) init() {
+	if s.in == nil {
+		s.in, s.queued, s.woken = map[types.NamespacedName]bool{}, map[types.NamespacedName]bool{}, map[types.NamespacedName]bool{}
+	}
+}
+
+// release says key neither upgrades nor waits for a slot (it is done, gone,
+// or never was an upgrade): its slot is freed and the longest waiting
+// SimpleWebApp woken. A SimpleWebApp that was woken and no longer wants the
+// slot passes the wake-up on.
 func (s *upgradeSlots) release(key types.NamespacedName) {
 	s.mu.Lock()
-	held := s.in[key]
+	s.init()
+	passOn := s.in[key] || s.woken[key]
 	delete(s.in, key)
 	delete(s.queued, key)
+	delete(s.woken, key)
 	var next types.NamespacedName
-	woken := false
-	for held && !woken && len(s.waiting) > 0 {
+	found := false
+	for passOn && !found && len(s.waiting) > 0 {
 		next, s.waiting = s.waiting[0], s.waiting[1:]
 		// Taken off the queue: if it loses the slot to another, its next
 		// refusal queues it again, last.
-		woken = s.queued[next]
+		found = s.queued[next]
 		delete(s.queued, next)
+	}
+	if found {
+		s.woken[next] = true
 	}
 	if len(s.waiting) == 0 {
 		s.waiting = nil // let the array go
 	}
 	s.mu.Unlock()
-	if woken && s.wake != nil {
+	if found && s.wake != nil {
 		s.wake(next)
 	}
 }

@@ -76,6 +76,26 @@ func TestUpgradeSlotsWakeTheLongestWaiting(t *testing.T) {
 	}
 }
 
+// A woken SimpleWebApp that no longer wants the slot (its spec changed, it
+// went away) passes the wake-up on, so the slot does not stand empty.
+func TestUpgradeSlotsPassAWakeUpOn(t *testing.T) {
+	var woken []string
+	s := &upgradeSlots{max: 1, wake: func(k types.NamespacedName) { woken = append(woken, k.Name) }}
+	n := func(name string) types.NamespacedName { return types.NamespacedName{Name: name} }
+	s.acquire(n("holder"), false)
+	s.acquire(n("a"), false)
+	s.acquire(n("b"), false)
+	s.release(n("holder")) // wakes a
+	s.release(n("a"))      // a was pinned meanwhile: b's turn
+	s.release(n("a"))      // and only once
+	if got := strings.Join(woken, ","); got != "a,b" {
+		t.Errorf("woken %s, want a,b", got)
+	}
+	if !s.acquire(n("b"), false) {
+		t.Error("b got no slot")
+	}
+}
+
 // The queue stays in proportion to the SimpleWebApps that wait, however
 // often one that was not woken takes a freed slot and queues again later.
 func TestUpgradeSlotsQueueIsBounded(t *testing.T) {
